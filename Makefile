@@ -1,0 +1,45 @@
+# ringxds build and test entry points. `make run` and `make test` are the two
+# commands the README promises on a fresh machine.
+
+GO        ?= go
+BIN       := bin
+PKGS      := ./...
+# The kube-apiserver + etcd used by the Kubernetes integration tests. Built
+# once per machine and cached outside the clone (see hack/testbin.sh).
+KUBE_VERSION ?= v1.37.2
+TESTBIN   := $(CURDIR)/.testbin
+
+.PHONY: all build run test test-unit test-k8s testbin bench lint clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+run: build
+	$(BIN)/xds-server
+
+## test: the whole suite (unit, end-to-end, Kubernetes against a real API server).
+test: testbin lint
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-unit:
+	$(GO) test -race -count=1 $(PKGS)
+
+## test-k8s: only the tests that run against the real kube-apiserver + etcd.
+test-k8s: testbin
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 20m -run 'Kube|K8s' ./internal/watch/... ./deploy/...
+
+testbin:
+	KUBE_VERSION=$(KUBE_VERSION) bash hack/testbin.sh $(TESTBIN)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf $(BIN) testout

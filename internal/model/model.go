@@ -1,0 +1,313 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Policy names the consistent-hash dialect a cluster is balanced with.
+type Policy string
+
+// The supported policies. The string values are the user-facing spelling in
+// the file source and in Kubernetes annotations.
+const (
+	// PolicyRingHash is Envoy's RING_HASH, which grpc-go implements too.
+	PolicyRingHash Policy = "ring_hash"
+	// PolicyMaglev is Envoy's MAGLEV. gRPC clients receive it as ring_hash.
+	PolicyMaglev Policy = "maglev"
+	// PolicySkipper is Skipper's consistentHash ring (100 vnodes per endpoint).
+	PolicySkipper Policy = "skipper"
+)
+
+// Policies lists every valid Policy, in documentation order.
+var Policies = []Policy{PolicyRingHash, PolicyMaglev, PolicySkipper}
+
+// ParsePolicy validates a user-supplied policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown lb_policy %q (want one of ring_hash, maglev, skipper)", s)
+}
+
+// Defaults that every source applies, so that a cluster means the same thing
+// whichever source described it.
+const (
+	// DefaultHashHeader is the request header hashed when a cluster names none.
+	DefaultHashHeader = "x-hash-key"
+	// DefaultScheme is the Skipper identity scheme when an endpoint names none.
+	DefaultScheme = "http"
+	// DefaultMaglevTableSize is Envoy's default Maglev table size.
+	DefaultMaglevTableSize = 65537
+	// MaxMaglevTableSize is the largest table Envoy accepts.
+	MaxMaglevTableSize = 5000011
+	// DefaultRingSize is the ring_hash minimum and maximum ring size used when
+	// a cluster sets neither. 4096 is grpc-go's default ring cap, so Envoy,
+	// grpc-go and ringxds all build the same ring (see docs/ring-sizes.md).
+	DefaultRingSize = 4096
+	// MaxRingSize is Envoy's upper bound for maximum_ring_size.
+	MaxRingSize = 8388608
+	// DefaultFadeInDuration is the fade-in window when fade_in sets none.
+	DefaultFadeInDuration = 30 * time.Second
+	// DefaultFadeInExponent is the fade-in curve exponent when fade_in sets none.
+	DefaultFadeInExponent = 2.5
+)
+
+// FadeIn configures how a new endpoint's traffic share ramps up:
+// share(t) = min(1, (t/Duration)^Exponent).
+type FadeIn struct {
+	Duration time.Duration
+	Exponent float64
+}
+
+// Endpoint is one backend of a cluster.
+type Endpoint struct {
+	// Address is an IPv4 or IPv6 literal, or a DNS name.
+	Address string
+	Port    uint32
+	// Weight is at least 1.
+	Weight uint32
+	// Scheme is part of the Skipper ring identity: http, https or h2c.
+	Scheme string
+	// Zone is carried as metadata only; it never splits the ring.
+	Zone string
+	// HashKey, when set, replaces the address as the endpoint's ring key
+	// (Envoy's envoy.lb hash_key metadata).
+	HashKey string
+	// FirstSeen is when the source first saw this endpoint, if it knows.
+	// Fade-in ramps from this instant. The zero time means "established".
+	FirstSeen time.Time
+}
+
+// HostPort is the endpoint's "host:port" with IPv6 bracketed, which is
+// both the Envoy ring key and the identity used in picks.
+func (e Endpoint) HostPort() string {
+	return net.JoinHostPort(e.Address, strconv.FormatUint(uint64(e.Port), 10))
+}
+
+// Cluster is a named set of endpoints balanced by one policy.
+type Cluster struct {
+	// Name is the CDS and EDS resource name and the gRPC target xds:///Name.
+	Name       string
+	Policy     Policy
+	HashHeader string
+	// MinRingSize and MaxRingSize apply to ring_hash (and to the ring_hash
+	// that gRPC clients receive for maglev and skipper clusters).
+	MinRingSize uint64
+	MaxRingSize uint64
+	// TableSize applies to maglev; it must be prime.
+	TableSize uint64
+	// FadeIn is nil when new endpoints take their full share at once.
+	FadeIn    *FadeIn
+	Endpoints []Endpoint
+}
+
+// State is everything a source currently describes: the clusters, sorted by
+// name. A State is a value: sources build a new one on every change.
+type State struct {
+	Clusters []Cluster
+}
+
+// Cluster returns the named cluster.
+func (s *State) Cluster(name string) (*Cluster, bool) {
+	i, ok := slices.BinarySearchFunc(s.Clusters, name, func(c Cluster, n string) int { return strings.Compare(c.Name, n) })
+	if !ok {
+		return nil, false
+	}
+	return &s.Clusters[i], true
+}
+
+// ApplyDefaults fills the fields a source left empty with the documented
+// defaults. It does not validate.
+func (c *Cluster) ApplyDefaults() {
+	if c.Policy == "" {
+		c.Policy = PolicyRingHash
+	}
+	if c.HashHeader == "" {
+		c.HashHeader = DefaultHashHeader
+	}
+	if c.MinRingSize == 0 && c.MaxRingSize == 0 {
+		c.MinRingSize, c.MaxRingSize = DefaultRingSize, DefaultRingSize
+	} else if c.MaxRingSize == 0 {
+		c.MaxRingSize = max(c.MinRingSize, DefaultRingSize)
+	} else if c.MinRingSize == 0 {
+		c.MinRingSize = min(c.MaxRingSize, 1024)
+	}
+	if c.Policy == PolicyMaglev && c.TableSize == 0 {
+		c.TableSize = DefaultMaglevTableSize
+	}
+	if c.FadeIn != nil {
+		if c.FadeIn.Duration == 0 {
+			c.FadeIn.Duration = DefaultFadeInDuration
+		}
+		if c.FadeIn.Exponent == 0 {
+			c.FadeIn.Exponent = DefaultFadeInExponent
+		}
+	}
+	for i := range c.Endpoints {
+		ep := &c.Endpoints[i]
+		if ep.Weight == 0 {
+			ep.Weight = 1
+		}
+		if ep.Scheme == "" {
+			ep.Scheme = DefaultScheme
+		}
+	}
+}
+
+// FieldError names the field of a cluster that is invalid. Sources map
+// Field back to a file line or an annotation.
+type FieldError struct {
+	// Field is a path such as "endpoints[2].port" or "table_size".
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate checks a cluster after ApplyDefaults. Errors are *FieldError
+// values joined with errors.Join, one per problem.
+func (c *Cluster) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, fieldErr("name", "must not be empty"))
+	} else if strings.ContainsAny(c.Name, " \t\r\n/") {
+		errs = append(errs, fieldErr("name", "%q must not contain spaces or '/'", c.Name))
+	}
+	if _, err := ParsePolicy(string(c.Policy)); err != nil {
+		errs = append(errs, &FieldError{Field: "lb_policy", Err: err})
+	}
+	if !validHeaderName(c.HashHeader) {
+		errs = append(errs, fieldErr("hash_header", "%q is not a valid lower-case HTTP header name", c.HashHeader))
+	}
+	if c.MinRingSize < 1 || c.MinRingSize > MaxRingSize {
+		errs = append(errs, fieldErr("minimum_ring_size", "%d is outside 1..%d", c.MinRingSize, MaxRingSize))
+	}
+	if c.MaxRingSize < 1 || c.MaxRingSize > MaxRingSize {
+		errs = append(errs, fieldErr("maximum_ring_size", "%d is outside 1..%d", c.MaxRingSize, MaxRingSize))
+	}
+	if c.MinRingSize > c.MaxRingSize {
+		errs = append(errs, fieldErr("minimum_ring_size", "%d is larger than maximum_ring_size %d", c.MinRingSize, c.MaxRingSize))
+	}
+	if c.Policy == PolicyMaglev {
+		if c.TableSize > MaxMaglevTableSize || !isPrime(c.TableSize) {
+			errs = append(errs, fieldErr("table_size", "%d must be a prime no larger than %d", c.TableSize, MaxMaglevTableSize))
+		}
+	} else if c.TableSize != 0 {
+		errs = append(errs, fieldErr("table_size", "applies only to lb_policy maglev"))
+	}
+	if c.FadeIn != nil {
+		if c.FadeIn.Duration <= 0 {
+			errs = append(errs, fieldErr("fade_in.duration", "must be positive"))
+		}
+		if !(c.FadeIn.Exponent > 0 && c.FadeIn.Exponent <= 100) {
+			errs = append(errs, fieldErr("fade_in.exponent", "%v must be in (0, 100]", c.FadeIn.Exponent))
+		}
+	}
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, fieldErr("endpoints", "must list at least one endpoint"))
+	}
+	seen := make(map[string]int, len(c.Endpoints))
+	for i, ep := range c.Endpoints {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		if ep.Address == "" {
+			errs = append(errs, fieldErr(f+".address", "must not be empty"))
+		} else if _, err := netip.ParseAddr(ep.Address); err != nil && !validHostname(ep.Address) {
+			errs = append(errs, fieldErr(f+".address", "%q is neither an IP address nor a DNS name", ep.Address))
+		}
+		if ep.Port < 1 || ep.Port > 65535 {
+			errs = append(errs, fieldErr(f+".port", "%d is outside 1..65535", ep.Port))
+		}
+		if ep.Weight < 1 {
+			errs = append(errs, fieldErr(f+".weight", "must be at least 1"))
+		}
+		switch ep.Scheme {
+		case "http", "https", "h2c":
+		default:
+			errs = append(errs, fieldErr(f+".scheme", "%q is not one of http, https, h2c", ep.Scheme))
+		}
+		hp := ep.HostPort()
+		if j, dup := seen[hp]; dup {
+			errs = append(errs, fieldErr(f, "duplicates endpoints[%d] (%s)", j, hp))
+		} else {
+			seen[hp] = i
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Normalize applies defaults to every cluster, validates it, and sorts the
+// clusters by name. Errors are prefixed with the cluster's name.
+func (s *State) Normalize() error {
+	var errs []error
+	names := make(map[string]bool, len(s.Clusters))
+	for i := range s.Clusters {
+		c := &s.Clusters[i]
+		c.ApplyDefaults()
+		if err := c.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %q: %w", c.Name, err))
+		}
+		if names[c.Name] {
+			errs = append(errs, fmt.Errorf("cluster %q: defined twice", c.Name))
+		}
+		names[c.Name] = true
+	}
+	slices.SortFunc(s.Clusters, func(a, b Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return errors.Join(errs...)
+}
+
+func validHeaderName(h string) bool {
+	if h == "" || strings.HasPrefix(h, ":") {
+		return false
+	}
+	for _, r := range h {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for d := uint64(2); d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
