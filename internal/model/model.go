@@ -114,6 +114,10 @@ type Cluster struct {
 // name. A State is a value: sources build a new one on every change.
 type State struct {
 	Clusters []Cluster
+	// ChangedAt is when the source first saw the earliest input change that
+	// this State reflects (before coalescing). The server measures
+	// change-to-push latency from it. Zero when unknown.
+	ChangedAt time.Time
 }
 
 // Cluster returns the named cluster.
