@@ -1,0 +1,428 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// DefaultFileDebounce is how long FileSource waits after the last change
+// event before reloading. Editors, atomic writers and the kubelet's ConfigMap
+// update each emit a handful of events within a few milliseconds; 100 ms
+// folds them into one reload while adding little to change-to-push latency.
+const DefaultFileDebounce = 100 * time.Millisecond
+
+// fileMaxDelayFactor bounds how long a continuous stream of events can defer
+// a reload, in multiples of the debounce, so that a busy writer cannot starve
+// the control plane of updates.
+const fileMaxDelayFactor = 10
+
+// fileConfigMapData is the symlink the kubelet swaps atomically when a
+// mounted ConfigMap changes; the file itself is a symlink through it and
+// sees no event of its own.
+const fileConfigMapData = "..data"
+
+const fileSourceName = "file"
+
+// FileOptions configures a FileSource. The zero value is usable.
+type FileOptions struct {
+	// Logger receives reload results and input errors. Nil discards them.
+	Logger *zap.Logger
+	// Registerer receives the source's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+	// Debounce is the quiet time after the last change event before a
+	// reload. Zero means DefaultFileDebounce.
+	Debounce time.Duration
+}
+
+// FileSource is the Source that reads clusters from an endpoints file (see
+// docs/file-source.md) and reloads it when it changes, or that serves fixed
+// in-memory content such as the embedded example.
+//
+// Endpoints present when the first valid content is loaded are established
+// (zero FirstSeen); an endpoint added by a later reload gets FirstSeen set to
+// the time of the change, so that fade-in ramps it up.
+type FileSource struct {
+	// name is the file as the user named it, used in messages and Problems.
+	name string
+	// path is name made absolute, so the directory watch survives a later
+	// change of working directory; empty for in-memory content.
+	path     string
+	data     []byte
+	log      *zap.Logger
+	debounce time.Duration
+	reloads  *prometheus.CounterVec
+	problems prometheus.Gauge
+
+	mu sync.Mutex
+	// good is the last valid state, FirstSeen assigned; nil until the first
+	// successful load.
+	good    *model.State
+	current []Problem
+}
+
+var _ Source = (*FileSource)(nil)
+
+// NewFileSource returns a source that watches the file at path. It does not
+// read the file: call Load to check it before serving, or let Run load it.
+func NewFileSource(path string, opts FileOptions) (*FileSource, error) {
+	if path == "" {
+		return nil, errors.New("file source: the endpoints file path is empty")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("file source: resolve %q: %w", path, err)
+	}
+	s, err := fileNewSource(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.path = abs
+	return s, nil
+}
+
+// NewFileSourceFromBytes returns a source that serves fixed content, such as
+// the endpoints file embedded in the binary. name identifies the content in
+// errors. There is nothing to watch: Run publishes once and waits.
+func NewFileSourceFromBytes(name string, data []byte, opts FileOptions) (*FileSource, error) {
+	if name == "" {
+		return nil, errors.New("file source: in-memory content needs a name for its errors")
+	}
+	s, err := fileNewSource(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.data = slices.Clone(data)
+	return s, nil
+}
+
+func fileNewSource(name string, opts FileOptions) (*FileSource, error) {
+	if opts.Debounce < 0 {
+		return nil, fmt.Errorf("file source: debounce %v is negative", opts.Debounce)
+	}
+	s := &FileSource{
+		name:     name,
+		log:      opts.Logger,
+		debounce: opts.Debounce,
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.log = s.log.With(zap.String("source", fileSourceName), zap.String("file", name))
+	if s.debounce == 0 {
+		s.debounce = DefaultFileDebounce
+	}
+	labels := prometheus.Labels{"source": fileSourceName}
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "ringxds_source_reloads_total",
+		Help:        "Reloads of a source's input, by result.",
+		ConstLabels: labels,
+	}, []string{"result"})
+	s.problems = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "ringxds_source_problems",
+		Help:        "Input problems a source currently reports.",
+		ConstLabels: labels,
+	})
+	if opts.Registerer != nil {
+		var err error
+		if s.reloads, err = fileRegister(opts.Registerer, s.reloads); err != nil {
+			return nil, err
+		}
+		if s.problems, err = fileRegister(opts.Registerer, s.problems); err != nil {
+			return nil, err
+		}
+	}
+	// Both outcomes exist from the start, so that rate() and alerts on
+	// errors work before the first failure.
+	s.reloads.WithLabelValues("ok")
+	s.reloads.WithLabelValues("error")
+	return s, nil
+}
+
+// fileRegister registers c, or reuses the collector already registered under
+// the same descriptor, so that a process may restart a source on one
+// registry.
+func fileRegister[C prometheus.Collector](r prometheus.Registerer, c C) (C, error) {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("file source: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+// Load reads and validates the content now, so that a server can refuse to
+// start on an invalid file with a clear message. The error lists every
+// problem with its file, line and field (see FileErrors). A successful Load
+// becomes the state Run publishes first.
+func (s *FileSource) Load() (model.State, error) {
+	st, _, err := s.reload(time.Now())
+	return st, err
+}
+
+// Run publishes the current state, then, for a file, every valid change to
+// it until ctx is done; it returns nil then. While the file is invalid or
+// missing it keeps the last good state and reports the problem in Problems,
+// the log and the metrics. Run fails only if the file's directory cannot be
+// watched, or if in-memory content is invalid (waiting cannot fix it).
+func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
+	if s.path == "" {
+		st, _, err := s.reload(time.Now())
+		if err != nil {
+			// Fixed content cannot be fixed by waiting.
+			return fmt.Errorf("file source: %w", err)
+		}
+		publish(st)
+		<-ctx.Done()
+		return nil
+	}
+
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("file source: start watcher for %s: %w", s.name, err)
+	}
+	defer w.Close()
+	// The directory is watched, not the file: an atomic rename or a
+	// ConfigMap symlink swap replaces the file's inode, and a watch on the
+	// old inode would go silent.
+	dir := filepath.Dir(s.path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("file source: watch directory %s: %w", dir, err)
+	}
+
+	// The watch is in place before this read, so no change after it is
+	// missed; a change between Load and now is picked up here.
+	var last *model.State
+	if st, _, err := s.reload(time.Now()); err == nil {
+		last = &st
+	} else if good, ok := s.goodState(); ok {
+		// The file went bad after a successful Load: serve what Load saw.
+		last = &good
+	}
+	if last != nil {
+		publish(*last)
+	}
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var pending bool
+	var first time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file source: watcher closed unexpectedly")
+			}
+			if !s.relevant(ev) {
+				continue
+			}
+			now := time.Now()
+			if !pending {
+				pending, first = true, now
+			}
+			// Wait for a quiet period, but never longer than the cap after
+			// the first event of the burst.
+			wait := min(s.debounce, first.Add(fileMaxDelayFactor*s.debounce).Sub(now))
+			timer.Reset(max(wait, 0))
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("file source: watcher closed unexpectedly")
+			}
+			// An overflowed event queue means changes may have been lost;
+			// rereading the file is the only way to be sure.
+			s.log.Warn("file watcher error; rereading the file", zap.Error(err))
+			if !pending {
+				pending, first = true, time.Now()
+			}
+			timer.Reset(s.debounce)
+		case <-timer.C:
+			pending = false
+			st, _, err := s.reload(first)
+			if err != nil {
+				continue
+			}
+			if last != nil && fileStatesEqual(*last, st) {
+				s.log.Debug("endpoints file changed but its clusters did not; nothing to publish")
+				continue
+			}
+			publish(st)
+			last = &st
+		}
+	}
+}
+
+// relevant reports whether an event may have changed the file's content.
+func (s *FileSource) relevant(ev fsnotify.Event) bool {
+	if ev.Op == fsnotify.Chmod {
+		// Attribute-only changes are frequent (backup and indexing tools)
+		// and never change the content.
+		return false
+	}
+	base := filepath.Base(ev.Name)
+	return base == filepath.Base(s.path) || base == fileConfigMapData
+}
+
+func (s *FileSource) goodState() (model.State, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.good == nil {
+		return model.State{}, false
+	}
+	return *s.good, true
+}
+
+// Problems returns the input errors currently in force, oldest first.
+func (s *FileSource) Problems() []Problem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.current)
+}
+
+// reload reads and parses the content. On success it assigns FirstSeen
+// against the previous good state, makes the result the good state, and
+// clears the problems; changed reports whether it differs from the previous
+// good state. On failure the good state is kept and the problems recorded.
+func (s *FileSource) reload(at time.Time) (model.State, bool, error) {
+	data := s.data
+	var err error
+	if s.path != "" {
+		data, err = os.ReadFile(s.path)
+	}
+	var st model.State
+	if err == nil {
+		st, err = ParseFile(s.name, data)
+	} else if errors.Is(err, fs.ErrNotExist) {
+		err = &FileError{Path: s.name, Err: fmt.Errorf("the file does not exist (deleted, or not yet written): %w", err)}
+	} else {
+		err = &FileError{Path: s.name, Err: fmt.Errorf("cannot read the file: %w", err)}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.reloads.WithLabelValues("error").Inc()
+		s.setProblems(err, at)
+		s.log.Error("endpoints file rejected; keeping the last good state",
+			zap.Bool("have_good_state", s.good != nil), zap.Error(err))
+		return model.State{}, false, err
+	}
+	s.reloads.WithLabelValues("ok").Inc()
+	s.setProblems(nil, at)
+	st.ChangedAt = at
+	if s.good != nil {
+		fileAssignFirstSeen(&st, *s.good, at)
+	}
+	changed := s.good == nil || !fileStatesEqual(*s.good, st)
+	// The published State shares nothing with the one kept for FirstSeen,
+	// so whatever a consumer does with it cannot alter later reloads.
+	good := fileCloneState(st)
+	s.good = &good
+	s.log.Info("endpoints file loaded", zap.Int("clusters", len(st.Clusters)), zap.Bool("changed", changed))
+	return st, changed, nil
+}
+
+// setProblems replaces the current problems with those in err, keeping the
+// Since of a problem that was already reported. Callers hold s.mu.
+func (s *FileSource) setProblems(err error, at time.Time) {
+	var next []Problem
+	for _, fe := range FileErrors(err) {
+		p := Problem{Source: fileSourceName, Object: s.name, Message: fe.Err.Error(), Since: at}
+		if fe.Line > 0 {
+			p.Field = "line " + strconv.Itoa(fe.Line)
+			if fe.Field != "" {
+				p.Field += ", " + fe.Field
+			}
+		} else {
+			p.Field = fe.Field
+		}
+		if fe.Cluster != "" {
+			p.Message = fmt.Sprintf("cluster %q: %s", fe.Cluster, p.Message)
+		}
+		for _, old := range s.current {
+			if old.Field == p.Field && old.Message == p.Message {
+				p.Since = old.Since
+				break
+			}
+		}
+		next = append(next, p)
+	}
+	if err != nil && len(next) == 0 {
+		next = append(next, Problem{Source: fileSourceName, Object: s.name, Message: err.Error(), Since: at})
+	}
+	slices.SortStableFunc(next, func(a, b Problem) int { return a.Since.Compare(b.Since) })
+	s.current = next
+	s.problems.Set(float64(len(next)))
+}
+
+// fileAssignFirstSeen carries FirstSeen over from prev for endpoints that
+// stay, keyed by cluster name and host:port, and stamps the rest with at.
+func fileAssignFirstSeen(st *model.State, prev model.State, at time.Time) {
+	for ci := range st.Clusters {
+		c := &st.Clusters[ci]
+		old := map[string]time.Time{}
+		if pc, ok := prev.Cluster(c.Name); ok {
+			for _, ep := range pc.Endpoints {
+				old[ep.HostPort()] = ep.FirstSeen
+			}
+		}
+		for ei := range c.Endpoints {
+			ep := &c.Endpoints[ei]
+			if seen, ok := old[ep.HostPort()]; ok {
+				ep.FirstSeen = seen
+			} else {
+				ep.FirstSeen = at
+			}
+		}
+	}
+}
+
+func fileCloneState(st model.State) model.State {
+	st.Clusters = slices.Clone(st.Clusters)
+	for i := range st.Clusters {
+		c := &st.Clusters[i]
+		c.Endpoints = slices.Clone(c.Endpoints)
+		if c.FadeIn != nil {
+			f := *c.FadeIn
+			c.FadeIn = &f
+		}
+	}
+	return st
+}
+
+// fileStatesEqual compares the clusters of two states, ignoring ChangedAt,
+// which differs on every reload.
+func fileStatesEqual(a, b model.State) bool {
+	return slices.EqualFunc(a.Clusters, b.Clusters, func(x, y model.Cluster) bool {
+		if x.Name != y.Name || x.Policy != y.Policy || x.HashHeader != y.HashHeader ||
+			x.MinRingSize != y.MinRingSize || x.MaxRingSize != y.MaxRingSize || x.TableSize != y.TableSize {
+			return false
+		}
+		if (x.FadeIn == nil) != (y.FadeIn == nil) || (x.FadeIn != nil && *x.FadeIn != *y.FadeIn) {
+			return false
+		}
+		return slices.EqualFunc(x.Endpoints, y.Endpoints, func(p, q model.Endpoint) bool {
+			return p.Address == q.Address && p.Port == q.Port && p.Weight == q.Weight &&
+				p.Scheme == q.Scheme && p.Zone == q.Zone && p.HashKey == q.HashKey &&
+				p.FirstSeen.Equal(q.FirstSeen)
+		})
+	})
+}

@@ -1,0 +1,570 @@
+package watch
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// FileError is one problem found in an endpoints file, located to the line
+// and column of the YAML node at fault so that an operator can jump to it.
+type FileError struct {
+	// Path is the file as the user named it.
+	Path string
+	// Line and Column are 1-based; zero when the problem concerns the whole
+	// file (it is empty, or cannot be read).
+	Line, Column int
+	// Field is the offending field's path from the top of the file, such as
+	// "clusters[0].endpoints[2].port"; empty for syntax and read errors.
+	Field string
+	// Cluster is the name of the cluster the field belongs to, when known.
+	Cluster string
+	// Err says what is wrong.
+	Err error
+}
+
+// Error renders the compiler-style "path:line:col: field: problem" form that
+// editors and terminals turn into links.
+func (e *FileError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Path)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		if e.Cluster != "" {
+			fmt.Fprintf(&b, " (cluster %q)", e.Cluster)
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap gives errors.Is and errors.As access to the underlying problem.
+func (e *FileError) Unwrap() error { return e.Err }
+
+// FileErrors lists the *FileError values inside an error returned by
+// ParseFile or FileSource.Load, in file order. It returns nil for an error
+// that holds none.
+func FileErrors(err error) []*FileError {
+	var out []*FileError
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		if fe, ok := err.(*FileError); ok {
+			out = append(out, fe)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
+// ParseFile turns the bytes of an endpoints file into a validated,
+// normalized model.State. path is used only to name the file in errors.
+// JSON is accepted too, since it is YAML.
+//
+// Every problem found is reported, each as a *FileError naming the file,
+// line, column and field; the returned error joins them (see FileErrors).
+// ParseFile is pure: it touches no file and keeps no state, and the
+// returned State has zero FirstSeen and ChangedAt.
+func ParseFile(path string, data []byte) (model.State, error) {
+	p := &fileParser{path: path}
+	state, locs := p.parse(data)
+	if len(p.errs) == 0 {
+		p.validate(&state, locs)
+	}
+	if len(p.errs) > 0 {
+		return model.State{}, p.err()
+	}
+	// The per-cluster checks above already passed, so this only sorts; it
+	// still runs the model's checks so that no state bypasses them.
+	if err := state.Normalize(); err != nil {
+		return model.State{}, &FileError{Path: path, Err: err}
+	}
+	return state, nil
+}
+
+// fileParser walks the yaml.Node tree by hand instead of decoding into
+// structs, because only the node tree knows where each value sits in the
+// file, and because explicit zero values must be told apart from omitted
+// ones (the model treats zero as "use the default").
+type fileParser struct {
+	path string
+	errs []*FileError
+}
+
+// fileClusterLocs remembers, for one cluster, the node of every field by its
+// model path ("endpoints[2].port"), so that model.FieldError paths can be
+// mapped back to lines.
+type fileClusterLocs struct {
+	index int
+	node  *yaml.Node
+	nodes map[string]*yaml.Node
+}
+
+var fileYAMLLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *fileParser) err() error {
+	slices.SortStableFunc(p.errs, func(a, b *FileError) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+	errs := make([]error, len(p.errs))
+	for i, e := range p.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ...any) {
+	fe := &FileError{Path: p.path, Field: field, Cluster: cluster, Err: fmt.Errorf(format, args...)}
+	if n != nil {
+		fe.Line, fe.Column = n.Line, n.Column
+	}
+	p.errs = append(p.errs, fe)
+}
+
+func (p *fileParser) syntaxError(err error) {
+	fe := &FileError{Path: p.path, Err: fmt.Errorf("invalid YAML: %w", err)}
+	if m := fileYAMLLineRE.FindStringSubmatch(err.Error()); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+		fe.Err = fmt.Errorf("invalid YAML: %s", m[2])
+	}
+	p.errs = append(p.errs, fe)
+}
+
+func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errorf(nil, "", "", "the file is empty; want a top-level \"clusters\" list")
+		} else {
+			p.syntaxError(err)
+		}
+		return model.State{}, nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "", "", "a second YAML document starts here; the file must hold exactly one")
+		return model.State{}, nil
+	} else if !errors.Is(err, io.EOF) {
+		p.syntaxError(err)
+		return model.State{}, nil
+	}
+	if len(doc.Content) == 0 {
+		p.errorf(nil, "", "", "the file is empty; want a top-level \"clusters\" list")
+		return model.State{}, nil
+	}
+	root := fileResolve(doc.Content[0])
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root, "", "", "the top level must be a mapping with a \"clusters\" list, not %s", fileDescribe(root))
+		return model.State{}, nil
+	}
+
+	var state model.State
+	var locs []fileClusterLocs
+	sawClusters := false
+	p.mapping(root, "", "", []string{"clusters"}, func(key string, k, v *yaml.Node) {
+		sawClusters = true
+		if v.Kind != yaml.SequenceNode {
+			p.errorf(v, "clusters", "", "want a list of clusters, got %s", fileDescribe(v))
+			return
+		}
+		for i, cn := range v.Content {
+			c, l := p.cluster(i, fileResolve(cn))
+			state.Clusters = append(state.Clusters, c)
+			locs = append(locs, l)
+		}
+	})
+	if !sawClusters && len(p.errs) == 0 {
+		p.errorf(root, "clusters", "", "missing; want a top-level \"clusters\" list")
+	}
+	return state, locs
+}
+
+var (
+	fileClusterFields  = []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "endpoints"}
+	fileFadeInFields   = []string{"duration", "exponent"}
+	fileEndpointFields = []string{"address", "port", "weight", "scheme", "zone", "hash_key"}
+)
+
+func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLocs) {
+	prefix := fmt.Sprintf("clusters[%d]", i)
+	locs := fileClusterLocs{index: i, node: n, nodes: map[string]*yaml.Node{}}
+	var c model.Cluster
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, prefix, "", "want a cluster mapping, got %s", fileDescribe(n))
+		return c, locs
+	}
+	// The name is read first so that errors on fields written before it can
+	// still say which cluster they are in.
+	name := ""
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		if n.Content[j].Value == "name" {
+			if v := fileResolve(n.Content[j+1]); v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+				name = v.Value
+			}
+		}
+	}
+	p.mapping(n, prefix, name, fileClusterFields, func(key string, k, v *yaml.Node) {
+		field := prefix + "." + key
+		locs.nodes[key] = v
+		switch key {
+		case "name":
+			c.Name, _ = p.str(v, field, name, false)
+		case "lb_policy":
+			if s, ok := p.str(v, field, name, false); ok {
+				pol, err := model.ParsePolicy(s)
+				if err != nil {
+					p.errorf(v, field, name, "%w", err)
+				}
+				c.Policy = pol
+			}
+		case "hash_header":
+			c.HashHeader, _ = p.str(v, field, name, false)
+		case "minimum_ring_size":
+			c.MinRingSize, _ = p.positive(v, field, name, math.MaxUint64)
+		case "maximum_ring_size":
+			c.MaxRingSize, _ = p.positive(v, field, name, math.MaxUint64)
+		case "table_size":
+			c.TableSize, _ = p.positive(v, field, name, math.MaxUint64)
+		case "fade_in":
+			c.FadeIn = p.fadeIn(v, field, name, &locs)
+		case "endpoints":
+			if v.Kind != yaml.SequenceNode {
+				p.errorf(v, field, name, "want a list of endpoints, got %s", fileDescribe(v))
+				return
+			}
+			c.Endpoints = make([]model.Endpoint, 0, len(v.Content))
+			for j, en := range v.Content {
+				en = fileResolve(en)
+				rel := fmt.Sprintf("endpoints[%d]", j)
+				locs.nodes[rel] = en
+				c.Endpoints = append(c.Endpoints, p.endpoint(en, prefix+"."+rel, rel, name, &locs))
+			}
+		}
+	})
+	return c, locs
+}
+
+func (p *fileParser) fadeIn(n *yaml.Node, field, cluster string, locs *fileClusterLocs) *model.FadeIn {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, field, cluster, "want a mapping such as {duration: 30s, exponent: 2.5}, got %s", fileDescribe(n))
+		return nil
+	}
+	f := &model.FadeIn{}
+	p.mapping(n, field, cluster, fileFadeInFields, func(key string, k, v *yaml.Node) {
+		locs.nodes["fade_in."+key] = v
+		switch key {
+		case "duration":
+			f.Duration, _ = p.duration(v, field+"."+key, cluster)
+		case "exponent":
+			f.Exponent, _ = p.float(v, field+"."+key, cluster)
+		}
+	})
+	return f
+}
+
+func (p *fileParser) endpoint(n *yaml.Node, field, rel, cluster string, locs *fileClusterLocs) model.Endpoint {
+	var ep model.Endpoint
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, field, cluster, "want an endpoint mapping such as {address: 10.0.0.1, port: 8080}, got %s", fileDescribe(n))
+		return ep
+	}
+	p.mapping(n, field, cluster, fileEndpointFields, func(key string, k, v *yaml.Node) {
+		locs.nodes[rel+"."+key] = v
+		f := field + "." + key
+		switch key {
+		case "address":
+			ep.Address, _ = p.str(v, f, cluster, false)
+		case "port":
+			port, _ := p.positive(v, f, cluster, math.MaxUint32)
+			ep.Port = uint32(port)
+		case "weight":
+			w, _ := p.positive(v, f, cluster, math.MaxUint32)
+			ep.Weight = uint32(w)
+		case "scheme":
+			ep.Scheme, _ = p.str(v, f, cluster, false)
+		case "zone":
+			ep.Zone, _ = p.str(v, f, cluster, true)
+		case "hash_key":
+			ep.HashKey, _ = p.str(v, f, cluster, true)
+		}
+	})
+	return ep
+}
+
+// mapping calls fn for each key of n in file order, after rejecting keys
+// that are unknown (a typo must never be silently ignored), repeated, or not
+// strings. A null value is treated as an omitted field, as YAML users expect
+// of "key:" with nothing after it.
+func (p *fileParser) mapping(n *yaml.Node, prefix, cluster string, known []string, fn func(key string, k, v *yaml.Node)) {
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], fileResolve(n.Content[i+1])
+		field := k.Value
+		if prefix != "" {
+			field = prefix + "." + k.Value
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, prefix, cluster, "a field name must be a plain string, not %s", fileDescribe(k))
+			continue
+		}
+		if k.ShortTag() == "!!merge" {
+			p.errorf(k, prefix, cluster, "YAML merge keys (<<) are not supported; write the fields out")
+			continue
+		}
+		if !slices.Contains(known, k.Value) {
+			msg := fmt.Sprintf("unknown field %q", k.Value)
+			if s := fileSuggest(k.Value, known); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			} else {
+				msg += fmt.Sprintf(" (known fields: %s)", strings.Join(known, ", "))
+			}
+			p.errorf(k, field, cluster, "%s", msg)
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			p.errorf(k, field, cluster, "given twice (first on line %d)", first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+			continue
+		}
+		fn(k.Value, k, v)
+	}
+}
+
+func (p *fileParser) str(v *yaml.Node, field, cluster string, allowEmpty bool) (string, bool) {
+	if v.Kind != yaml.ScalarNode {
+		p.errorf(v, field, cluster, "want a string, got %s", fileDescribe(v))
+		return "", false
+	}
+	if v.ShortTag() != "!!str" {
+		p.errorf(v, field, cluster, "want a string, got %s; quote it if it is meant as text", fileDescribe(v))
+		return "", false
+	}
+	if v.Value == "" && !allowEmpty {
+		p.errorf(v, field, cluster, "must not be empty; omit the field to use the default")
+		return "", false
+	}
+	return v.Value, true
+}
+
+// positive reads an integer in 1..limit. Zero is refused because the model
+// reads zero as "unset" and would silently replace it with a default.
+func (p *fileParser) positive(v *yaml.Node, field, cluster string, limit uint64) (uint64, bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+		p.errorf(v, field, cluster, "want a positive integer, got %s", fileDescribe(v))
+		return 0, false
+	}
+	var i int64
+	if err := v.Decode(&i); err != nil {
+		var u uint64
+		if err := v.Decode(&u); err != nil || u > limit {
+			p.errorf(v, field, cluster, "%s is too large (at most %d)", v.Value, limit)
+			return 0, false
+		}
+		return u, true
+	}
+	switch {
+	case i < 0:
+		p.errorf(v, field, cluster, "%d is negative; want a positive integer", i)
+		return 0, false
+	case i == 0:
+		p.errorf(v, field, cluster, "must be at least 1; omit the field to use the default")
+		return 0, false
+	case uint64(i) > limit:
+		p.errorf(v, field, cluster, "%d is too large (at most %d)", i, limit)
+		return 0, false
+	}
+	return uint64(i), true
+}
+
+func (p *fileParser) float(v *yaml.Node, field, cluster string) (float64, bool) {
+	if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!float" && v.ShortTag() != "!!int") {
+		p.errorf(v, field, cluster, "want a number, got %s", fileDescribe(v))
+		return 0, false
+	}
+	var f float64
+	if err := v.Decode(&f); err != nil {
+		p.errorf(v, field, cluster, "%q is not a number", v.Value)
+		return 0, false
+	}
+	if !(f > 0) {
+		p.errorf(v, field, cluster, "%v must be positive", f)
+		return 0, false
+	}
+	return f, true
+}
+
+func (p *fileParser) duration(v *yaml.Node, field, cluster string) (time.Duration, bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		p.errorf(v, field, cluster, "want a duration such as 30s or 1m30s, got %s", fileDescribe(v))
+		return 0, false
+	}
+	d, err := time.ParseDuration(v.Value)
+	if err != nil {
+		p.errorf(v, field, cluster, "%q is not a duration (want e.g. 30s or 1m30s)", v.Value)
+		return 0, false
+	}
+	if d <= 0 {
+		p.errorf(v, field, cluster, "%s must be positive; omit fade_in for no fade", v.Value)
+		return 0, false
+	}
+	return d, true
+}
+
+// validate applies the model's defaults and checks to each cluster and maps
+// every model.FieldError back to the node it came from.
+func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
+	names := map[string]*yaml.Node{}
+	for i := range s.Clusters {
+		c, l := &s.Clusters[i], locs[i]
+		prefix := fmt.Sprintf("clusters[%d]", l.index)
+		c.ApplyDefaults()
+		if err := c.Validate(); err != nil {
+			for _, e := range fileLeafErrors(err) {
+				var fe *model.FieldError
+				if !errors.As(e, &fe) {
+					p.errorf(l.node, prefix, c.Name, "%w", e)
+					continue
+				}
+				p.errorf(l.lookup(fe.Field), prefix+"."+fe.Field, c.Name, "%w", fe.Err)
+			}
+		}
+		if c.Name == "" {
+			continue
+		}
+		at := l.lookup("name")
+		if first, dup := names[c.Name]; dup {
+			p.errorf(at, prefix+".name", c.Name, "cluster name %q is already used on line %d", c.Name, first.Line)
+			continue
+		}
+		names[c.Name] = at
+	}
+}
+
+// lookup finds the node for a model field path, falling back to the nearest
+// enclosing node the file does have: a field that was omitted is reported
+// at its parent.
+func (l fileClusterLocs) lookup(path string) *yaml.Node {
+	for path != "" {
+		if n, ok := l.nodes[path]; ok {
+			return n
+		}
+		cut := max(strings.LastIndexByte(path, '.'), strings.LastIndexByte(path, '['))
+		if cut < 0 {
+			break
+		}
+		path = path[:cut]
+	}
+	return l.node
+}
+
+func fileLeafErrors(err error) []error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range u.Unwrap() {
+			out = append(out, fileLeafErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// fileResolve follows aliases (*name) to the anchored node, so anchors work
+// as YAML users expect. The walk is bounded by the schema's fixed depth, so
+// a self-referencing alias cannot loop.
+func fileResolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func fileDescribe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return fmt.Sprintf("the string %q", n.Value)
+		case "!!int":
+			return "the integer " + n.Value
+		case "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		}
+		return fmt.Sprintf("%s %s", strings.TrimPrefix(n.ShortTag(), "!!"), n.Value)
+	}
+	return "an unsupported YAML node"
+}
+
+// fileSuggest returns the known field closest to a misspelt one, when it is
+// close enough to be a plausible typo.
+func fileSuggest(got string, known []string) string {
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := fileEditDistance(got, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+func fileEditDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
