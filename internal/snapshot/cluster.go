@@ -1,0 +1,165 @@
+package snapshot
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
+	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// Load-balancing policy extension names and type URLs as published in
+// Cluster.load_balancing_policy.
+const (
+	// PolicyNameRingHash is Envoy's ring_hash extension name.
+	PolicyNameRingHash = "envoy.load_balancing_policies.ring_hash"
+	// PolicyNameMaglev is Envoy's maglev extension name.
+	PolicyNameMaglev = "envoy.load_balancing_policies.maglev"
+	// PolicyNameSkipper names the custom Skipper ring policy.
+	PolicyNameSkipper = "ringxds.skipper"
+	// SkipperTypeURL is the TypedStruct type_url of the Skipper policy.
+	// grpc-go takes the balancer name from the part after the last '/', so a
+	// gRPC client with a balancer registered as "ringxds.skipper" would run it.
+	SkipperTypeURL = "type.googleapis.com/ringxds.skipper"
+	// GRPCRingHashCap is grpc-go's default cap on ring size
+	// (GRPC_RING_HASH_CAP, internal/envconfig in v1.85.0).
+	GRPCRingHashCap = 4096
+)
+
+// connectTimeout is Envoy's default, set explicitly so that the published
+// resource, not an Envoy default, says what applies.
+const connectTimeout = 5 * time.Second
+
+// buildCluster translates a cluster into the CDS resource served to kind.
+func buildCluster(c *model.Cluster, kind Kind) (*clusterv3.Cluster, []string, error) {
+	policies, notes, err := lbPolicies(c, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &clusterv3.Cluster{
+		Name:                 c.Name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
+			EdsConfig: adsConfigSource(),
+		},
+		ConnectTimeout: durationpb.New(connectTimeout),
+		// Only the typed load_balancing_policy is set: Envoy ignores
+		// lb_policy when it is present, and grpc-go would evaluate the legacy
+		// field first (unmarshal_cds.go), so leaving lb_policy at its zero
+		// value keeps one source of truth.
+		LoadBalancingPolicy: &clusterv3.LoadBalancingPolicy{Policies: policies},
+	}, notes, nil
+}
+
+// adsConfigSource points a client at the ADS stream it is already on.
+func adsConfigSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+	}
+}
+
+// lbPolicies chooses the load_balancing_policy list a kind can run for the
+// cluster's policy, with a note for every substitution.
+func lbPolicies(c *model.Cluster, kind Kind) ([]*clusterv3.LoadBalancingPolicy_Policy, []string, error) {
+	var notes []string
+	var names []string
+	switch {
+	case c.Policy == model.PolicyRingHash:
+		names = []string{PolicyNameRingHash}
+	case c.Policy == model.PolicyMaglev && kind == KindGRPC:
+		// grpc-go has no Maglev: a MAGLEV lb_policy is NACKed and a Maglev
+		// load_balancing_policy entry has no converter (xdslbregistry), so
+		// the whole Cluster would be rejected.
+		names = []string{PolicyNameRingHash}
+		notes = append(notes, "maglev is published to grpc clients as ring_hash: gRPC NACKs MAGLEV")
+	case c.Policy == model.PolicyMaglev:
+		names = []string{PolicyNameMaglev}
+	case c.Policy == model.PolicySkipper && kind == KindEnvoy:
+		names = []string{PolicyNameRingHash}
+		notes = append(notes, "skipper is published to envoy clients as ring_hash: Envoy has no Skipper ring")
+	case c.Policy == model.PolicySkipper:
+		// grpc-go v1.85.0 internal/xds/xdsclient/xdslbregistry: ConvertToServiceConfig
+		// walks the list "stopping at the first supported policy"; for a
+		// TypedStruct, converter.convertCustomPolicy returns (nil, nil) when
+		// balancer.Get of the name after the type_url's last '/' is nil, which
+		// makes the walk continue to the next entry. A gRPC client without a
+		// "ringxds.skipper" balancer therefore runs the ring_hash entry.
+		names = []string{PolicyNameSkipper, PolicyNameRingHash}
+		if kind == KindGRPC {
+			notes = append(notes, "skipper is published to grpc clients as ringxds.skipper then ring_hash: grpc-go runs ring_hash unless a ringxds.skipper balancer is registered")
+		}
+	default:
+		return nil, nil, fmt.Errorf("unknown policy %q", c.Policy)
+	}
+
+	out := make([]*clusterv3.LoadBalancingPolicy_Policy, len(names))
+	for i, name := range names {
+		var cfg proto.Message
+		switch name {
+		case PolicyNameRingHash:
+			cfg = &ringhashv3.RingHash{
+				// grpc-go rejects anything but XX_HASH, DEFAULT_HASH included
+				// (v1.85.0 xdslbregistry/converter: convertRingHashProtoToServiceConfig,
+				// "unsupported ring_hash hash function"), although Envoy reads
+				// DEFAULT_HASH as xxHash.
+				HashFunction:    ringhashv3.RingHash_XX_HASH,
+				MinimumRingSize: wrapperspb.UInt64(c.MinRingSize),
+				MaximumRingSize: wrapperspb.UInt64(c.MaxRingSize),
+			}
+		case PolicyNameMaglev:
+			cfg = &maglevv3.Maglev{TableSize: wrapperspb.UInt64(c.TableSize)}
+		case PolicyNameSkipper:
+			// An empty Struct, not nil: grpc-go hands the Struct to a
+			// registered balancer as its JSON config, and nil would be "null".
+			cfg = &xdstypev3.TypedStruct{TypeUrl: SkipperTypeURL, Value: &structpb.Struct{}}
+		}
+		a, err := marshalAny(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = &clusterv3.LoadBalancingPolicy_Policy{
+			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: name, TypedConfig: a},
+		}
+	}
+	return out, notes, nil
+}
+
+// ringNotes explains when Envoy and grpc-go, both given this cluster as
+// ring_hash, can build different rings (docs/ring-sizes.md).
+func ringNotes(c *model.Cluster) []string {
+	if c.Policy == model.PolicyMaglev {
+		// Envoy runs Maglev; only gRPC clients get a ring, with nothing to
+		// agree with.
+		return nil
+	}
+	if c.MinRingSize > GRPCRingHashCap || c.MaxRingSize > GRPCRingHashCap {
+		return []string{fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, GRPCRingHashCap)}
+	}
+	var sum uint64
+	equal := true
+	for i := range c.Endpoints {
+		sum += uint64(c.Endpoints[i].Weight)
+		equal = equal && c.Endpoints[i].Weight == c.Endpoints[0].Weight
+	}
+	if equal {
+		return nil
+	}
+	// Section 5 of the ring dialects: with integer weights summing to a
+	// power of two S and minimum_ring_size 2^m >= S, every float operation
+	// of both ring walks is exact and the rings are identical.
+	if bits.OnesCount64(sum) == 1 && bits.OnesCount64(c.MinRingSize) == 1 && sum <= c.MinRingSize {
+		return nil
+	}
+	return []string{fmt.Sprintf("endpoint weights sum to %d and minimum_ring_size is %d: unless the sum is a power of two no larger than a power-of-two minimum_ring_size, Envoy and grpc-go can round ring shares differently (docs/ring-sizes.md)", sum, c.MinRingSize)}
+}

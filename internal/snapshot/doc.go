@@ -1,0 +1,47 @@
+// Package snapshot turns a model.State into the xDS resources each kind of
+// client is served, and turns published resources back into the ring a data
+// plane builds from them.
+//
+// Build is a pure function: the same State always yields byte-identical
+// resources and versions, so caches can diff by proto equality and any
+// replica serves the same versions.
+//
+// # Resource names
+//
+// Every resource of a cluster is named after the cluster, one name per type:
+//
+//   - CDS Cluster, EDS ClusterLoadAssignment: the cluster name.
+//   - LDS Listener (gRPC and clientlib kinds): the cluster name, because a
+//     gRPC client dialing xds:///products asks LDS for "products".
+//   - RDS RouteConfiguration (gRPC and clientlib kinds): the cluster name as
+//     well; type URLs keep the namespaces apart, and a debug reader finds
+//     every resource of a cluster by one name.
+//
+// Envoy is served CDS and EDS only: its listeners and the route hash_policy
+// live in its bootstrap.
+//
+// # Kinds
+//
+// Each cluster is translated once per Kind, because the data planes accept
+// different policies. Envoy cannot run Skipper's ring and gets ring_hash;
+// grpc-go NACKs MAGLEV and gets ring_hash for maglev clusters; the ringxds
+// client library keeps the real policy. Each such substitution is recorded
+// in Snapshot.Notes.
+//
+// # Endpoints
+//
+// The ClusterLoadAssignment is shared by all kinds. It has one locality
+// (zones are endpoint metadata only: a ring per zone would fragment the
+// caches the ring exists for) and lists endpoints sorted by ring key, the
+// order grpc-go walks them in, so that Envoy, which walks EDS order, builds
+// the identical ring. Endpoint metadata:
+//
+//   - filter_metadata["envoy.lb"]["hash_key"]: the endpoint's HashKey, when set.
+//   - filter_metadata["ringxds"]: {"scheme", "zone"} (zone only when set).
+//
+// # Decoding
+//
+// Decode reads a published Cluster and ClusterLoadAssignment and builds the
+// ring one kind of data plane would build from them, for the debug endpoint
+// and the client library.
+package snapshot
