@@ -470,6 +470,9 @@ func TestBuildNotes(t *testing.T) {
 		{"shared hash key", model.Cluster{Endpoints: []model.Endpoint{
 			{Address: "10.0.0.1", Port: 80, HashKey: "k"}, {Address: "10.0.0.2", Port: 80, HashKey: "k"},
 		}}, []string{`share the ring key "k"`}},
+		{"weighted skipper", model.Cluster{Policy: model.PolicySkipper, Endpoints: weighted(1, 1, 2)}, []string{
+			"skipper rings are unweighted", "published to envoy clients as ring_hash", "published to grpc clients as ringxds.skipper",
+		}},
 		{"DNS name", model.Cluster{Endpoints: []model.Endpoint{{Address: "backend.example", Port: 80}}}, []string{"backend.example:80 is a DNS name"}},
 	}
 	for _, tt := range tests {

@@ -96,6 +96,9 @@ func lbPolicies(c *model.Cluster, kind Kind) ([]*clusterv3.LoadBalancingPolicy_P
 		// makes the walk continue to the next entry. A gRPC client without a
 		// "ringxds.skipper" balancer therefore runs the ring_hash entry.
 		names = []string{PolicyNameSkipper, PolicyNameRingHash}
+		if kind == KindClientlib && weighted(c) {
+			notes = append(notes, "skipper rings are unweighted: endpoint weights apply only where this cluster runs as ring_hash (Envoy, gRPC)")
+		}
 		if kind == KindGRPC {
 			notes = append(notes, "skipper is published to grpc clients as ringxds.skipper then ring_hash: grpc-go runs ring_hash unless a ringxds.skipper balancer is registered")
 		}
@@ -143,8 +146,17 @@ func ringNotes(c *model.Cluster) []string {
 		// agree with.
 		return nil
 	}
+	if why := ringsDiffer(c); why != "" {
+		return []string{why}
+	}
+	return nil
+}
+
+// ringsDiffer returns why Envoy's and grpc-go's ring_hash rings for the
+// cluster can differ, or "" when they are identical entry for entry.
+func ringsDiffer(c *model.Cluster) string {
 	if c.MinRingSize > GRPCRingHashCap || c.MaxRingSize > GRPCRingHashCap {
-		return []string{fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, GRPCRingHashCap)}
+		return fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, GRPCRingHashCap)
 	}
 	var sum uint64
 	equal := true
@@ -153,13 +165,22 @@ func ringNotes(c *model.Cluster) []string {
 		equal = equal && c.Endpoints[i].Weight == c.Endpoints[0].Weight
 	}
 	if equal {
-		return nil
+		return ""
 	}
 	// Section 5 of the ring dialects: with integer weights summing to a
 	// power of two S and minimum_ring_size 2^m >= S, every float operation
 	// of both ring walks is exact and the rings are identical.
 	if bits.OnesCount64(sum) == 1 && bits.OnesCount64(c.MinRingSize) == 1 && sum <= c.MinRingSize {
-		return nil
+		return ""
 	}
-	return []string{fmt.Sprintf("endpoint weights sum to %d and minimum_ring_size is %d: unless the sum is a power of two no larger than a power-of-two minimum_ring_size, Envoy and grpc-go can round ring shares differently (docs/ring-sizes.md)", sum, c.MinRingSize)}
+	return fmt.Sprintf("endpoint weights sum to %d and minimum_ring_size is %d: unless the sum is a power of two no larger than a power-of-two minimum_ring_size, Envoy and grpc-go can round ring shares differently (docs/ring-sizes.md)", sum, c.MinRingSize)
+}
+
+func weighted(c *model.Cluster) bool {
+	for i := range c.Endpoints {
+		if c.Endpoints[i].Weight != 1 {
+			return true
+		}
+	}
+	return false
 }
