@@ -1,0 +1,422 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// Defaults for KubeOptions. A burst of EndpointSlice writes (a rollout, a
+// scale-up) is coalesced into one State: publish once the burst has been
+// quiet for DefaultKubeDebounce, but never later than DefaultKubeMaxDelay
+// after its first event, so a steady trickle cannot starve the rings. See
+// docs/kubernetes.md for the reasoning behind the numbers.
+const (
+	DefaultKubeDebounce = 100 * time.Millisecond
+	DefaultKubeMaxDelay = time.Second
+)
+
+// kubeIndexByService indexes EndpointSlices by "namespace/service".
+const kubeIndexByService = "ringxds-service"
+
+// KubeOptions configure a KubeSource. The zero value watches every namespace.
+type KubeOptions struct {
+	// Namespace restricts the watch to one namespace; empty means all.
+	Namespace string
+	// ServiceSelector is a label selector (kubectl syntax) a Service must
+	// match, in addition to its opt-in annotation, to be served.
+	ServiceSelector string
+	// Debounce is the quiet period that ends a burst of changes.
+	// Zero means DefaultKubeDebounce.
+	Debounce time.Duration
+	// MaxDelay bounds how long a change waits while events keep arriving.
+	// Zero means DefaultKubeMaxDelay (or Debounce, if that is longer).
+	MaxDelay time.Duration
+	// Logger receives the source's logs; nil discards them.
+	Logger *zap.Logger
+	// Registerer receives the source's metrics; nil leaves them unregistered.
+	Registerer prometheus.Registerer
+}
+
+// KubeSource serves opted-in Kubernetes Services: it watches Services and
+// discovery.k8s.io/v1 EndpointSlices with shared informers and publishes a
+// State built from the informer caches. It implements Source.
+type KubeSource struct {
+	client   kubernetes.Interface
+	opts     KubeOptions
+	selector labels.Selector
+	log      *zap.Logger
+	metrics  *kubeMetrics
+
+	// dirty is signalled (without blocking) by event handlers; the loop in
+	// Run does all the work.
+	dirty chan struct{}
+
+	mu sync.Mutex
+	// pendingSince is when the earliest event not yet reflected in a
+	// published State arrived; zero when nothing is pending.
+	pendingSince time.Time
+	problems     []Problem
+	running      bool
+}
+
+var _ Source = (*KubeSource)(nil)
+
+// NewKubeSource checks opts and returns a source reading from client. It
+// contacts nothing until Run.
+func NewKubeSource(client kubernetes.Interface, opts KubeOptions) (*KubeSource, error) {
+	if client == nil {
+		return nil, errors.New("kubernetes source: nil client")
+	}
+	if opts.Debounce < 0 {
+		return nil, fmt.Errorf("kubernetes source: debounce %v must not be negative", opts.Debounce)
+	}
+	if opts.MaxDelay < 0 {
+		return nil, fmt.Errorf("kubernetes source: max delay %v must not be negative", opts.MaxDelay)
+	}
+	if opts.Debounce == 0 {
+		opts.Debounce = DefaultKubeDebounce
+	}
+	if opts.MaxDelay == 0 {
+		opts.MaxDelay = max(DefaultKubeMaxDelay, opts.Debounce)
+	}
+	if opts.MaxDelay < opts.Debounce {
+		return nil, fmt.Errorf("kubernetes source: max delay %v is shorter than debounce %v", opts.MaxDelay, opts.Debounce)
+	}
+	sel, err := labels.Parse(opts.ServiceSelector)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: service selector %q: %w", opts.ServiceSelector, err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	m, err := kubeNewMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: %w", err)
+	}
+	return &KubeSource{
+		client:   client,
+		opts:     opts,
+		selector: sel,
+		log:      log.With(zap.String("source", "kubernetes")),
+		metrics:  m,
+		dirty:    make(chan struct{}, 1),
+	}, nil
+}
+
+// Problems returns the annotation and EndpointSlice errors currently in
+// force, oldest first.
+func (s *KubeSource) Problems() []Problem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.problems)
+}
+
+// Run starts the informers, waits for their first full listing, publishes
+// the initial State (possibly empty) and then a new State after each burst
+// of relevant changes. Informers reconnect by themselves when the API
+// server goes away; meanwhile the last State stays in force. Run returns
+// nil when ctx is done, and an error only if it is called twice.
+func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return errors.New("kubernetes source: Run called twice")
+	}
+	s.running = true
+	s.mu.Unlock()
+
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithNamespace(s.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithNamespace(s.opts.Namespace),
+		// Only slices that belong to a Service can matter.
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
+
+	svcInformer := svcFactory.Core().V1().Services()
+	sliceInformer := sliceFactory.Discovery().V1().EndpointSlices()
+	svcLister := svcInformer.Lister()
+	sliceIndexer := sliceInformer.Informer().GetIndexer()
+	if err := sliceInformer.Informer().AddIndexers(cache.Indexers{kubeIndexByService: kubeSliceServiceKey}); err != nil {
+		return fmt.Errorf("kubernetes source: index slices: %w", err)
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), sliceInformer.Informer()} {
+		if err := inf.SetWatchErrorHandlerWithContext(s.kubeWatchError); err != nil {
+			return fmt.Errorf("kubernetes source: watch error handler: %w", err)
+		}
+	}
+	if _, err := svcInformer.Informer().AddEventHandler(s.kubeServiceHandler()); err != nil {
+		return fmt.Errorf("kubernetes source: service handler: %w", err)
+	}
+	if _, err := sliceInformer.Informer().AddEventHandler(s.kubeSliceHandler(svcLister)); err != nil {
+		return fmt.Errorf("kubernetes source: endpointslice handler: %w", err)
+	}
+
+	svcFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
+	defer svcFactory.Shutdown()
+	defer sliceFactory.Shutdown()
+
+	s.log.Info("waiting for informer caches", zap.String("namespace", s.opts.Namespace), zap.String("selector", s.selector.String()))
+	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced) {
+		return nil
+	}
+	s.log.Info("informer caches synced")
+
+	b := kubeNewBuilder()
+	var last *model.State
+	rebuild := func(reason string) time.Time {
+		s.mu.Lock()
+		changedAt := s.pendingSince
+		s.pendingSince = time.Time{}
+		s.mu.Unlock()
+		if changedAt.IsZero() {
+			changedAt = time.Now()
+		}
+
+		start := time.Now()
+		svcs, err := svcLister.List(labels.Everything())
+		if err != nil {
+			// A cache lister cannot fail with labels.Everything; keep serving.
+			s.log.Error("listing services from cache", zap.Error(err))
+			return time.Time{}
+		}
+		svcs = slices.DeleteFunc(svcs, func(svc *corev1.Service) bool { return !kubeOptedIn(svc) })
+		state, problems, next := b.build(svcs, func(ns, name string) []*discoveryv1.EndpointSlice {
+			return kubeSlicesFor(sliceIndexer, ns, name)
+		}, start)
+		s.metrics.rebuilds.Inc()
+		s.metrics.rebuildSeconds.Observe(time.Since(start).Seconds())
+		s.kubeSetProblems(problems, start)
+
+		if err := state.Normalize(); err != nil {
+			// build validates everything it emits; reaching this is a bug,
+			// and the last good State stays in force.
+			s.log.Error("built an invalid state; keeping the previous one", zap.Error(err))
+			return next
+		}
+		if last != nil && reflect.DeepEqual(last.Clusters, state.Clusters) {
+			s.log.Debug("rebuild changed nothing", zap.String("reason", reason))
+			return next
+		}
+		state.ChangedAt = changedAt
+		publish(state)
+		s.metrics.publishes.Inc()
+		s.metrics.clusters.Set(float64(len(state.Clusters)))
+		s.log.Info("published state", zap.String("reason", reason), zap.Int("clusters", len(state.Clusters)),
+			zap.Duration("since_change", time.Since(changedAt)))
+		last = &state
+		return next
+	}
+
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	fade := time.NewTimer(time.Hour)
+	fade.Stop()
+	defer quiet.Stop()
+	defer fade.Stop()
+	armFade := func(next time.Time) {
+		fade.Stop()
+		if !next.IsZero() {
+			fade.Reset(max(time.Until(next), 0))
+		}
+	}
+
+	armFade(rebuild("initial sync"))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.dirty:
+			s.mu.Lock()
+			first := s.pendingSince
+			s.mu.Unlock()
+			if first.IsZero() {
+				continue
+			}
+			quiet.Reset(max(min(s.opts.Debounce, time.Until(first.Add(s.opts.MaxDelay))), 0))
+		case <-quiet.C:
+			armFade(rebuild("changes"))
+		case <-fade.C:
+			armFade(rebuild("fade-in complete"))
+		}
+	}
+}
+
+// kubeMarkDirty records that the caches changed. It is all an event handler
+// does, so handlers never block the informers.
+func (s *KubeSource) kubeMarkDirty() {
+	s.mu.Lock()
+	if s.pendingSince.IsZero() {
+		s.pendingSince = time.Now()
+	}
+	s.mu.Unlock()
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func (s *KubeSource) kubeServiceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.metrics.events.WithLabelValues("service", "add").Inc()
+			if svc, ok := obj.(*corev1.Service); ok && kubeOptedIn(svc) {
+				s.kubeMarkDirty()
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			s.metrics.events.WithLabelValues("service", "update").Inc()
+			o, ok1 := oldObj.(*corev1.Service)
+			n, ok2 := newObj.(*corev1.Service)
+			if !ok1 || !ok2 || (!kubeOptedIn(o) && !kubeOptedIn(n)) {
+				return
+			}
+			// Status-only and resourceVersion-only updates (and resyncs
+			// after a reconnect) cannot change the State.
+			if reflect.DeepEqual(o.Annotations, n.Annotations) && reflect.DeepEqual(o.Spec, n.Spec) {
+				return
+			}
+			s.kubeMarkDirty()
+		},
+		DeleteFunc: func(obj any) {
+			s.metrics.events.WithLabelValues("service", "delete").Inc()
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if svc, ok := obj.(*corev1.Service); !ok || kubeOptedIn(svc) {
+				s.kubeMarkDirty()
+			}
+		},
+	}
+}
+
+func (s *KubeSource) kubeSliceHandler(svcs listersv1.ServiceLister) cache.ResourceEventHandler {
+	// A slice matters only if its Service is opted in. A slice seen before
+	// its Service is picked up when the Service arrives, since every
+	// rebuild reads all slices of each Service from the cache.
+	relevant := func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		sl, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return true
+		}
+		svc, err := svcs.Services(sl.Namespace).Get(sl.Labels[discoveryv1.LabelServiceName])
+		return err == nil && kubeOptedIn(svc)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.metrics.events.WithLabelValues("endpointslice", "add").Inc()
+			if relevant(obj) {
+				s.kubeMarkDirty()
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			s.metrics.events.WithLabelValues("endpointslice", "update").Inc()
+			if relevant(newObj) {
+				s.kubeMarkDirty()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			s.metrics.events.WithLabelValues("endpointslice", "delete").Inc()
+			if relevant(obj) {
+				s.kubeMarkDirty()
+			}
+		},
+	}
+}
+
+func (s *KubeSource) kubeWatchError(_ context.Context, r *cache.Reflector, err error) {
+	s.metrics.watchErrors.Inc()
+	s.log.Warn("watch interrupted; the informer retries and the last state stays in force", zap.String("reflector", r.TypeDescription()), zap.Error(err))
+}
+
+// kubeSetProblems replaces the current problems, keeping the Since time of
+// those that persist, and logs and counts the new ones.
+func (s *KubeSource) kubeSetProblems(found []kubeProblem, now time.Time) {
+	type key struct{ object, field, message string }
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := make(map[key]time.Time, len(s.problems))
+	for _, p := range s.problems {
+		prev[key{p.Object, p.Field, p.Message}] = p.Since
+	}
+	out := make([]Problem, 0, len(found))
+	seen := make(map[key]bool, len(found))
+	for _, f := range found {
+		k := key{f.Object, f.Field, f.Message}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		p := f.Problem
+		if since, ok := prev[k]; ok {
+			p.Since = since
+		} else {
+			p.Since = now
+			s.metrics.problems.WithLabelValues(f.kind).Inc()
+			s.log.Warn("rejected kubernetes input", zap.String("object", p.Object), zap.String("field", p.Field), zap.String("problem", p.Message))
+		}
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b Problem) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Object, b.Object); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Field, b.Field)
+	})
+	s.problems = out
+	s.metrics.activeProblems.Set(float64(len(out)))
+}
+
+// kubeSliceServiceKey indexes a slice under "namespace/service".
+func kubeSliceServiceKey(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	svc := sl.Labels[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + svc}, nil
+}
+
+func kubeSlicesFor(idx cache.Indexer, namespace, name string) []*discoveryv1.EndpointSlice {
+	objs, err := idx.ByIndex(kubeIndexByService, namespace+"/"+name)
+	if err != nil {
+		return nil
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, sl)
+		}
+	}
+	return out
+}

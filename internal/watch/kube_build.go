@@ -1,0 +1,342 @@
+package watch
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// kubeAppProtocolH2C is the Kubernetes standard appProtocol for HTTP/2
+// without TLS (KEP-3726).
+const kubeAppProtocolH2C = "kubernetes.io/h2c"
+
+// kubeProblem is a Problem before it gets its Since time, plus the kind
+// used as a metric label.
+type kubeProblem struct {
+	kind string // "annotation" or "endpointslice"
+	Problem
+}
+
+// kubeResolved is a Service's last valid settings with its port resolved.
+type kubeResolved struct {
+	settings kubeSettings
+	portName string
+}
+
+// kubeBuilder turns the informer caches into a model.State. It is owned by
+// the source's single loop and is not safe for concurrent use.
+//
+// Apart from two memories it is a pure function of the caches: lastGood (a
+// Service whose annotations go bad keeps its previous settings) and the
+// fade-in memory (which endpoints joined a cluster while this process
+// watched it; see docs/kubernetes.md for why that is deterministic enough).
+type kubeBuilder struct {
+	lastGood map[string]kubeResolved
+	// joined maps cluster name -> host:port -> the time the endpoint joined
+	// (zero: established). A cluster present here has been served before.
+	joined map[string]map[string]time.Time
+}
+
+func kubeNewBuilder() *kubeBuilder {
+	return &kubeBuilder{
+		lastGood: make(map[string]kubeResolved),
+		joined:   make(map[string]map[string]time.Time),
+	}
+}
+
+// KubeClusterName is the cluster (and xds:/// target) name of a Service:
+// "<name>.<namespace>". Service and namespace names are DNS labels, so the
+// dot is unambiguous and the name never contains '/'.
+func KubeClusterName(namespace, name string) string { return name + "." + namespace }
+
+// kubeOptedIn reports whether svc carries the opt-in annotation at all. A
+// value other than "true" is judged in build, so that typos are reported.
+func kubeOptedIn(svc *corev1.Service) bool {
+	_, ok := svc.Annotations[AnnotationEnabled]
+	return ok
+}
+
+// build computes the State from services (any order) and the slices of each
+// Service. now is used for fade-in expiry only. It returns the earliest time
+// at which a fade-in completes (zero if none), when the State must be rebuilt
+// to mark that endpoint established.
+func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace, name string) []*discoveryv1.EndpointSlice, now time.Time) (model.State, []kubeProblem, time.Time) {
+	services = slices.Clone(services)
+	slices.SortFunc(services, func(a, c *corev1.Service) int {
+		return cmp.Or(strings.Compare(a.Namespace, c.Namespace), strings.Compare(a.Name, c.Name))
+	})
+	var (
+		state    model.State
+		problems []kubeProblem
+		next     time.Time
+		live     = make(map[string]bool)
+	)
+	for _, svc := range services {
+		key := svc.Namespace + "/" + svc.Name
+		name := KubeClusterName(svc.Namespace, svc.Name)
+		report := func(kind, object, field, format string, args ...any) {
+			problems = append(problems, kubeProblem{kind: kind, Problem: Problem{
+				Source: "kubernetes", Object: object, Field: field, Message: fmt.Sprintf(format, args...),
+			}})
+		}
+		switch v := svc.Annotations[AnnotationEnabled]; v {
+		case "true":
+		case "false", "":
+			continue
+		default:
+			report("annotation", key, AnnotationEnabled, "%q: want \"true\" or \"false\"", v)
+			continue
+		}
+		live[key] = true
+
+		resolved, ok := b.lastGood[key]
+		settings, errs := kubeParseSettings(svc)
+		var portName string
+		if len(errs) == 0 {
+			var err error
+			if portName, err = kubeResolvePort(svc, settings.port); err != nil {
+				errs = append(errs, kubeAnnotationError{annotation: AnnotationPort, msg: err.Error()})
+			}
+		}
+		if len(errs) == 0 {
+			resolved = kubeResolved{settings: settings, portName: portName}
+			b.lastGood[key] = resolved
+			ok = true
+		} else {
+			keep := "the Service is not served until this is fixed"
+			if ok {
+				keep = "the Service keeps its previous settings"
+			}
+			for _, e := range errs {
+				report("annotation", key, e.annotation, "%s; %s", e.msg, keep)
+			}
+		}
+		if !ok {
+			continue
+		}
+
+		eps, slicesProblems := kubeEndpoints(svc, resolved.portName, slicesOf(svc.Namespace, svc.Name))
+		for _, p := range slicesProblems {
+			report("endpointslice", p.object, p.field, "%s", p.msg)
+		}
+		c := resolved.settings.cluster(name, nil)
+		known, served := b.joined[name]
+		if !served {
+			known = make(map[string]time.Time, len(eps))
+			b.joined[name] = known
+		}
+		present := make(map[string]bool, len(eps))
+		for _, e := range eps {
+			hp := e.ep.HostPort()
+			present[hp] = true
+			first, seen := known[hp]
+			if !seen {
+				// Endpoints of a cluster seen for the first time are
+				// established; later arrivals fade in from the time
+				// Kubernetes recorded for their slice change.
+				if served && c.FadeIn != nil {
+					first = e.changed
+				}
+				known[hp] = first
+			}
+			if !first.IsZero() && (c.FadeIn == nil || !now.Before(first.Add(c.FadeIn.Duration))) {
+				first = time.Time{}
+				known[hp] = first
+			}
+			if !first.IsZero() {
+				if end := first.Add(c.FadeIn.Duration); next.IsZero() || end.Before(next) {
+					next = end
+				}
+			}
+			e.ep.FirstSeen = first
+			c.Endpoints = append(c.Endpoints, e.ep)
+		}
+		for hp := range known {
+			if !present[hp] {
+				delete(known, hp)
+			}
+		}
+		c.ApplyDefaults()
+		if len(c.Endpoints) == 0 {
+			// The model has no empty clusters: a Service scaled to zero (or
+			// whose endpoints are all terminating) is not served until an
+			// endpoint is ready again.
+			continue
+		}
+		state.Clusters = append(state.Clusters, c)
+	}
+	for key := range b.lastGood {
+		if !live[key] {
+			delete(b.lastGood, key)
+		}
+	}
+	for name := range b.joined {
+		ns, svcName := kubeSplitClusterName(name)
+		if !live[ns+"/"+svcName] {
+			delete(b.joined, name)
+		}
+	}
+	slices.SortFunc(state.Clusters, func(a, c model.Cluster) int { return strings.Compare(a.Name, c.Name) })
+	return state, problems, next
+}
+
+// kubeSplitClusterName inverts KubeClusterName.
+func kubeSplitClusterName(name string) (namespace, svc string) {
+	svc, namespace, _ = strings.Cut(name, ".")
+	return namespace, svc
+}
+
+type kubeEndpoint struct {
+	ep model.Endpoint
+	// changed is when Kubernetes says the endpoint's slice last changed.
+	changed time.Time
+}
+
+type kubeSliceProblem struct {
+	object, field, msg string
+}
+
+// kubeEndpoints is the deduplicated union of the ready endpoints of all
+// slices of svc, on the slice port named portName, sorted by address and
+// port. Slices are read in name order so duplicates resolve the same way in
+// every replica.
+func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.EndpointSlice) ([]kubeEndpoint, []kubeSliceProblem) {
+	all = slices.Clone(all)
+	slices.SortFunc(all, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	family := kubeFamily(svc, all)
+	var (
+		out      []kubeEndpoint
+		problems []kubeSliceProblem
+		seen     = make(map[string]bool)
+	)
+	for _, sl := range all {
+		obj := sl.Namespace + "/" + sl.Name
+		if sl.AddressType == discoveryv1.AddressTypeFQDN {
+			problems = append(problems, kubeSliceProblem{obj, "addressType", "FQDN slices are not supported; the slice is ignored"})
+			continue
+		}
+		if sl.AddressType != family || len(sl.Endpoints) == 0 {
+			continue
+		}
+		var port *discoveryv1.EndpointPort
+		for i := range sl.Ports {
+			if p := &sl.Ports[i]; kubePtrOr(p.Name, "") == portName {
+				port = p
+				break
+			}
+		}
+		switch {
+		case port == nil:
+			problems = append(problems, kubeSliceProblem{obj, "ports", fmt.Sprintf("no port named %q; its endpoints are skipped", portName)})
+			continue
+		case port.Port == nil || *port.Port < 1 || *port.Port > 65535:
+			problems = append(problems, kubeSliceProblem{obj, "ports", fmt.Sprintf("port %q has no usable number; its endpoints are skipped", portName)})
+			continue
+		}
+		scheme := "http"
+		switch kubePtrOr(port.AppProtocol, "") {
+		case kubeAppProtocolH2C:
+			scheme = "h2c"
+		case "https":
+			scheme = "https"
+		}
+		changed := kubeSliceChangeTime(sl)
+		for i, e := range sl.Endpoints {
+			// ready is unset when the publisher does not know: count it as
+			// ready, as kube-proxy does. Terminating endpoints have ready
+			// false; the explicit check guards hand-written slices.
+			if !kubePtrOr(e.Conditions.Ready, true) || kubePtrOr(e.Conditions.Terminating, false) {
+				continue
+			}
+			field := fmt.Sprintf("endpoints[%d].addresses", i)
+			if len(e.Addresses) == 0 {
+				problems = append(problems, kubeSliceProblem{obj, field, "no address; the endpoint is skipped"})
+				continue
+			}
+			// The API allows several fungible addresses and says consumers
+			// may use the first only; a ring needs one identity per endpoint.
+			addr, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || addr.Zone() != "" || (family == discoveryv1.AddressTypeIPv4) != addr.Is4() {
+				problems = append(problems, kubeSliceProblem{obj, field, fmt.Sprintf("%q is not an %s address; the endpoint is skipped", e.Addresses[0], family)})
+				continue
+			}
+			ep := model.Endpoint{
+				Address: addr.String(),
+				Port:    uint32(*port.Port),
+				Scheme:  scheme,
+				Zone:    kubePtrOr(e.Zone, ""),
+			}
+			if hp := ep.HostPort(); !seen[hp] {
+				seen[hp] = true
+				out = append(out, kubeEndpoint{ep: ep, changed: changed})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b kubeEndpoint) int {
+		x, _ := netip.ParseAddr(a.ep.Address)
+		y, _ := netip.ParseAddr(b.ep.Address)
+		return cmp.Or(x.Compare(y), cmp.Compare(a.ep.Port, b.ep.Port))
+	})
+	return out, problems
+}
+
+// kubeFamily picks the one address family whose endpoints join the ring. A
+// dual-stack Service has each Pod in an IPv4 and an IPv6 slice; taking both
+// would give every Pod two ring identities and double weight. The Service's
+// primary family wins; without one, IPv4.
+func kubeFamily(svc *corev1.Service, all []*discoveryv1.EndpointSlice) discoveryv1.AddressType {
+	has := map[discoveryv1.AddressType]bool{}
+	for _, sl := range all {
+		if len(sl.Endpoints) > 0 {
+			has[sl.AddressType] = true
+		}
+	}
+	if has[discoveryv1.AddressTypeIPv4] && has[discoveryv1.AddressTypeIPv6] {
+		if len(svc.Spec.IPFamilies) > 0 && svc.Spec.IPFamilies[0] == corev1.IPv6Protocol {
+			return discoveryv1.AddressTypeIPv6
+		}
+		return discoveryv1.AddressTypeIPv4
+	}
+	if has[discoveryv1.AddressTypeIPv6] {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
+}
+
+// kubeSliceChangeTime is the time Kubernetes records for the slice's latest
+// change, the same in every replica: the EndpointSlice controller's
+// last-change-trigger-time (when the Pod change happened), else the newest
+// managedFields time (when the API server stored the write), else the
+// creation time.
+func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
+	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC()
+		}
+	}
+	var t time.Time
+	for _, m := range sl.ManagedFields {
+		if m.Time != nil && m.Time.After(t) {
+			t = m.Time.Time
+		}
+	}
+	if t.IsZero() {
+		t = sl.CreationTimestamp.Time
+	}
+	return t.UTC()
+}
+
+func kubePtrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
