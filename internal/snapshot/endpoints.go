@@ -51,7 +51,12 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 	eps := make([]keyed, len(c.Endpoints))
 	for i := range c.Endpoints {
 		ep := &c.Endpoints[i]
-		eps[i] = keyed{key: RingKey(ep), hostPort: ep.HostPort(), ep: ep}
+		k := keyed{hostPort: ep.HostPort(), ep: ep}
+		k.key = k.hostPort
+		if ep.HashKey != "" {
+			k.key = ep.HashKey // as RingKey
+		}
+		eps[i] = k
 	}
 	// grpc-go sorts endpoints by hash key before its ring walk
 	// (balancer/ringhash/ring.go, normalizeWeights in v1.85.0:
@@ -65,6 +70,7 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 	})
 
 	lbEndpoints := make([]*endpointv3.LbEndpoint, len(eps))
+	arena := newEndpointArena(len(eps))
 	for i, k := range eps {
 		if i > 0 && eps[i-1].key == k.key {
 			// The two endpoints get the same ring entries; which one wins a
@@ -74,7 +80,7 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 		if _, err := netip.ParseAddr(k.ep.Address); err != nil {
 			notes = append(notes, fmt.Sprintf("endpoint %s is a DNS name: Envoy accepts only IP addresses in EDS and rejects this cluster's endpoints", k.hostPort))
 		}
-		lbEndpoints[i] = buildLbEndpoint(k.ep)
+		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
 	}
 
 	return &endpointv3.ClusterLoadAssignment{
@@ -90,30 +96,70 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 	}, notes
 }
 
-func buildLbEndpoint(ep *model.Endpoint) *endpointv3.LbEndpoint {
+// endpointArena allocates the fixed-shape messages of n endpoints in one
+// slice per type rather than one allocation per message: a cluster of a
+// hundred endpoints would otherwise cost a thousand small allocations.
+type endpointArena struct {
+	lbEndpoints []endpointv3.LbEndpoint
+	hostIDs     []endpointv3.LbEndpoint_Endpoint
+	endpoints   []endpointv3.Endpoint
+	addresses   []corev3.Address
+	sockAddrs   []corev3.Address_SocketAddress
+	sockets     []corev3.SocketAddress
+	ports       []corev3.SocketAddress_PortValue
+	weights     []wrapperspb.UInt32Value
+	metadata    []corev3.Metadata
+	ringxds     []structpb.Struct
+}
+
+func newEndpointArena(n int) *endpointArena {
+	return &endpointArena{
+		lbEndpoints: make([]endpointv3.LbEndpoint, n),
+		hostIDs:     make([]endpointv3.LbEndpoint_Endpoint, n),
+		endpoints:   make([]endpointv3.Endpoint, n),
+		addresses:   make([]corev3.Address, n),
+		sockAddrs:   make([]corev3.Address_SocketAddress, n),
+		sockets:     make([]corev3.SocketAddress, n),
+		ports:       make([]corev3.SocketAddress_PortValue, n),
+		weights:     make([]wrapperspb.UInt32Value, n),
+		metadata:    make([]corev3.Metadata, n),
+		ringxds:     make([]structpb.Struct, n),
+	}
+}
+
+// lbEndpoint builds endpoint i of the arena.
+func (a *endpointArena) lbEndpoint(i int, ep *model.Endpoint) *endpointv3.LbEndpoint {
 	fm := make(map[string]*structpb.Struct, 2)
 	if ep.HashKey != "" {
 		fm[MetadataEnvoyLB] = &structpb.Struct{Fields: map[string]*structpb.Value{
 			MetadataHashKey: structpb.NewStringValue(ep.HashKey),
 		}}
 	}
-	rx := &structpb.Struct{Fields: make(map[string]*structpb.Value, 2)}
+	rx := &a.ringxds[i]
+	rx.Fields = make(map[string]*structpb.Value, 2)
 	rx.Fields[MetadataScheme] = structpb.NewStringValue(ep.Scheme)
 	if ep.Zone != "" {
 		rx.Fields[MetadataZone] = structpb.NewStringValue(ep.Zone)
 	}
 	fm[MetadataRingxds] = rx
+	md := &a.metadata[i]
+	md.FilterMetadata = fm
 
-	return &endpointv3.LbEndpoint{
-		HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-				Protocol:      corev3.SocketAddress_TCP,
-				Address:       ep.Address,
-				PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: ep.Port},
-			}}},
-		}},
-		HealthStatus:        corev3.HealthStatus_HEALTHY,
-		LoadBalancingWeight: wrapperspb.UInt32(ep.Weight),
-		Metadata:            &corev3.Metadata{FilterMetadata: fm},
-	}
+	sock := &a.sockets[i]
+	sock.Protocol = corev3.SocketAddress_TCP
+	sock.Address = ep.Address
+	a.ports[i].PortValue = ep.Port
+	sock.PortSpecifier = &a.ports[i]
+	a.sockAddrs[i].SocketAddress = sock
+	a.addresses[i].Address = &a.sockAddrs[i]
+	a.endpoints[i].Address = &a.addresses[i]
+	a.hostIDs[i].Endpoint = &a.endpoints[i]
+	a.weights[i].Value = ep.Weight
+
+	lbe := &a.lbEndpoints[i]
+	lbe.HostIdentifier = &a.hostIDs[i]
+	lbe.HealthStatus = corev3.HealthStatus_HEALTHY
+	lbe.LoadBalancingWeight = &a.weights[i]
+	lbe.Metadata = md
+	return lbe
 }
