@@ -133,6 +133,26 @@ type fileClusterLocs struct {
 
 var fileYAMLLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// fileYAMLParserProblem reports the messages of yaml/v3's parser (parserc.go),
+// as opposed to its scanner, whose line numbers need no correction.
+func fileYAMLParserProblem(msg string) bool {
+	switch msg {
+	case "did not find expected ',' or ']'",
+		"did not find expected ',' or '}'",
+		"did not find expected '-' indicator",
+		"did not find expected <document start>",
+		"did not find expected <stream-start>",
+		"did not find expected key",
+		"did not find expected node content",
+		"found duplicate %TAG directive",
+		"found duplicate %YAML directive",
+		"found incompatible YAML document",
+		"found undefined tag handle":
+		return true
+	}
+	return false
+}
+
 func (p *fileParser) err() error {
 	slices.SortStableFunc(p.errs, func(a, b *FileError) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
@@ -156,6 +176,11 @@ func (p *fileParser) syntaxError(err error) {
 	fe := &FileError{Path: p.path, Err: fmt.Errorf("invalid YAML: %w", err)}
 	if m := fileYAMLLineRE.FindStringSubmatch(err.Error()); m != nil {
 		fe.Line, _ = strconv.Atoi(m[1])
+		// yaml/v3 numbers parser errors (unlike scanner errors) from zero;
+		// see parser.fail in its decode.go.
+		if fileYAMLParserProblem(m[2]) {
+			fe.Line++
+		}
 		fe.Err = fmt.Errorf("invalid YAML: %s", m[2])
 	}
 	p.errs = append(p.errs, fe)
