@@ -1,0 +1,285 @@
+// Command xds-server is the ringxds control plane: it watches an endpoint
+// source (a YAML file, or Kubernetes EndpointSlices), translates it into xDS
+// resources for Envoy, proxyless gRPC and clientlib, serves them over ADS,
+// and serves a debug page, debug JSON and Prometheus metrics.
+//
+// With no flags it serves the embedded examples/endpoints.yaml on loopback.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ringxds/ringxds/examples"
+	"github.com/ringxds/ringxds/internal/debug"
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/watch"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "xds-server:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the parsed command line.
+type config struct {
+	source          string
+	file            string
+	xdsAddr         string
+	debugAddr       string
+	logLevel        string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
+	kubeconfig      string
+	namespace       string
+	serviceSelector string
+	debounce        time.Duration
+	maxConnAge      time.Duration
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("xds-server", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.source, "source", "file", "endpoint source: file or kubernetes")
+	fs.StringVar(&c.file, "file", "", "endpoints YAML/JSON file to serve and watch (default: the embedded "+examples.DefaultEndpointsName+")")
+	fs.StringVar(&c.xdsAddr, "xds-addr", "127.0.0.1:18000", "address of the xDS gRPC server (ADS, SotW and delta)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:18080", "address of the debug page, /debug/* JSON, /metrics and health probes")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate for TLS on the xDS port (reloaded when the file changes)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, xDS clients must present a certificate it signed (mTLS)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for --source=kubernetes (default: in-cluster config)")
+	fs.StringVar(&c.namespace, "namespace", "", "with --source=kubernetes, watch only this namespace (default: all)")
+	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered")
+	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
+	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: xds-server [flags]\n\nServes consistent-hash clusters to Envoy, proxyless gRPC and clientlib over xDS.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q (flags only; see --help)", fs.Args())
+	}
+	switch c.source {
+	case "file":
+	case "kubernetes":
+		if c.file != "" {
+			return c, errors.New("--file applies to --source=file only")
+		}
+	default:
+		return c, fmt.Errorf("--source %q: want file or kubernetes", c.source)
+	}
+	if c.debounce < 0 {
+		return c, fmt.Errorf("--debounce %v must not be negative", c.debounce)
+	}
+	return c, nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	cfg.EncoderConfig.TimeKey = "ts"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	return cfg.Build()
+}
+
+// listeners lets tests pass pre-bound sockets; nil means bind the flags'
+// addresses.
+type listeners struct{ xds, debug net.Listener }
+
+// run starts the server and blocks until ctx is done or a component fails.
+func run(ctx context.Context, args []string, out io.Writer, lis *listeners) error {
+	cfg, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	src, err := newSource(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg})
+	grpcServer, err := server.NewGRPCServer(server.GRPCOptions{
+		TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, TLSClientCA: cfg.tlsClientCA, MaxConnectionAge: cfg.maxConnAge,
+	})
+	if err != nil {
+		return err
+	}
+	xds.Register(grpcServer)
+
+	if lis == nil {
+		lis = &listeners{}
+	}
+	if lis.xds == nil {
+		if lis.xds, err = net.Listen("tcp", cfg.xdsAddr); err != nil {
+			return fmt.Errorf("listen --xds-addr: %w", err)
+		}
+	}
+	if lis.debug == nil {
+		if lis.debug, err = net.Listen("tcp", cfg.debugAddr); err != nil {
+			_ = lis.xds.Close()
+			return fmt.Errorf("listen --debug-addr: %w", err)
+		}
+	}
+	tlsMode := "plaintext"
+	switch {
+	case cfg.tlsClientCA != "":
+		tlsMode = "mTLS"
+	case cfg.tlsCert != "":
+		tlsMode = "TLS"
+	}
+	if tlsMode == "plaintext" && !isLoopback(lis.xds.Addr()) {
+		log.Warn("xDS is served in plaintext on a non-loopback address; anyone who can reach it can read the topology and impersonate the control plane: pass --tls-cert/--tls-key (and --tls-client-ca for mTLS)",
+			zap.String("addr", lis.xds.Addr().String()))
+	}
+
+	dbg := debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})
+	httpServer := &http.Server{Handler: dbg, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+
+	errc := make(chan error, 3)
+	go func() { errc <- wrapErr("xDS server", grpcServer.Serve(lis.xds)) }()
+	go func() {
+		err := httpServer.Serve(lis.debug)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- wrapErr("debug server", err)
+	}()
+	go func() {
+		errc <- wrapErr("endpoint source", src.Run(ctx, func(st model.State) {
+			if err := xds.Apply(st); err != nil {
+				log.Error("state rejected; the previous snapshot stays published", zap.Error(err))
+			}
+		}))
+	}()
+
+	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
+	fmt.Fprintf(out, "  xDS (ADS, SotW and delta, %s): %s\n", tlsMode, lis.xds.Addr())
+	fmt.Fprintf(out, "  debug page:      http://%s/\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  where a key goes: http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  metrics:         http://%s/metrics\n", lis.debug.Addr())
+	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
+		zap.String("source", cfg.source), zap.String("tls", tlsMode))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	cancel()
+	shutdown(grpcServer, httpServer, log)
+	return runErr
+}
+
+// shutdown drains streams briefly, then cuts them: xDS streams never end by
+// themselves, and clients reconnect to another replica.
+func shutdown(g interface {
+	GracefulStop()
+	Stop()
+}, h *http.Server, log *zap.Logger) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		g.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = h.Shutdown(sctx)
+	log.Info("stopped")
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+func sourceName(cfg config) string {
+	switch {
+	case cfg.source == "kubernetes":
+		if cfg.namespace != "" {
+			return "namespace " + cfg.namespace
+		}
+		return "all namespaces"
+	case cfg.file == "":
+		return "embedded " + examples.DefaultEndpointsName
+	}
+	return cfg.file
+}
+
+// newSource builds the configured source and, for files, loads it once so an
+// invalid file stops start-up with a clear message instead of serving nothing.
+func newSource(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (watch.Source, error) {
+	switch cfg.source {
+	case "kubernetes":
+		return newKubeSource(ctx, cfg, log, reg)
+	}
+	opts := watch.FileOptions{Logger: log.Named("file"), Registerer: reg, Debounce: cfg.debounce}
+	var (
+		src *watch.FileSource
+		err error
+	)
+	if cfg.file == "" {
+		src, err = watch.NewFileSourceFromBytes(examples.DefaultEndpointsName, examples.DefaultEndpoints, opts)
+	} else {
+		src, err = watch.NewFileSource(cfg.file, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := src.Load(); err != nil {
+		return nil, err
+	}
+	return src, nil
+}

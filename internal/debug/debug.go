@@ -1,0 +1,327 @@
+package debug
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/ringxds/ringxds/internal/ringhash"
+	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/snapshot"
+	"github.com/ringxds/ringxds/internal/watch"
+)
+
+// Publisher is the part of the xDS server the debug endpoint reads.
+type Publisher interface {
+	Current() *snapshot.Snapshot
+	Ready() bool
+	Clients() []server.ClientStatus
+}
+
+// Options configure the debug handler.
+type Options struct {
+	Server Publisher
+	// Problems returns the input problems of every source.
+	Problems func() []watch.Problem
+	// Gatherer serves /metrics; nil means prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	Logger   *zap.Logger
+}
+
+// Limits on debug queries, so a hostile or careless query cannot make the
+// server do unbounded work or echo unbounded input.
+const (
+	maxKeyBytes     = 4096
+	maxClusterBytes = 256
+)
+
+// Handler serves the debug endpoints.
+type Handler struct {
+	opts  Options
+	mux   *http.ServeMux
+	rings atomic.Pointer[ringCache]
+}
+
+// New returns the debug HTTP handler.
+func New(opts Options) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.DefaultGatherer
+	}
+	if opts.Problems == nil {
+		opts.Problems = func() []watch.Problem { return nil }
+	}
+	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /debug/snapshot", h.snapshot)
+	h.mux.HandleFunc("GET /debug/pick", h.pick)
+	h.mux.HandleFunc("GET /debug/clients", h.clients)
+	h.mux.HandleFunc("GET /debug/problems", h.problems)
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(opts.Logger)}))
+	h.mux.HandleFunc("GET /{$}", h.index)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !h.opts.Server.Ready() {
+		http.Error(w, "no snapshot published yet", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// kindsParam parses the optional client kind of a query.
+func kindParam(r *http.Request, def snapshot.Kind) (snapshot.Kind, error) {
+	v := r.URL.Query().Get("client")
+	if v == "" {
+		return def, nil
+	}
+	k := snapshot.Kind(v)
+	if !slices.Contains(server.Kinds, k) {
+		return "", errors.New("client must be one of envoy, grpc, clientlib")
+	}
+	return k, nil
+}
+
+// PickResult is the answer of /debug/pick.
+type PickResult struct {
+	Cluster string `json:"cluster"`
+	Key     string `json:"key"`
+	// Client is the data plane kind whose ring answered.
+	Client snapshot.Kind `json:"client"`
+	Policy string        `json:"policy"`
+	// Hash is the request hash as a decimal string: JSON numbers lose
+	// precision above 2^53.
+	Hash     string `json:"hash"`
+	Endpoint string `json:"endpoint"`
+	// ByClient is the pick of every data plane kind, which differ only where
+	// a kind cannot run the cluster's policy (see the snapshot notes).
+	ByClient map[snapshot.Kind]string `json:"by_client"`
+}
+
+// pick answers where a key goes. The default client kind is clientlib,
+// the only kind that receives every policy as configured.
+func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cluster, key := q.Get("cluster"), q.Get("key")
+	switch {
+	case cluster == "":
+		writeError(w, http.StatusBadRequest, "missing query parameter: cluster")
+		return
+	case !q.Has("key"):
+		writeError(w, http.StatusBadRequest, "missing query parameter: key")
+		return
+	case len(cluster) > maxClusterBytes:
+		writeError(w, http.StatusBadRequest, "cluster name longer than "+strconv.Itoa(maxClusterBytes)+" bytes")
+		return
+	case len(key) > maxKeyBytes:
+		writeError(w, http.StatusBadRequest, "key longer than "+strconv.Itoa(maxKeyBytes)+" bytes")
+		return
+	}
+	kind, err := kindParam(r, snapshot.KindClientlib)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	snap := h.opts.Server.Current()
+	if snap == nil {
+		writeError(w, http.StatusServiceUnavailable, "no snapshot published yet")
+		return
+	}
+	if _, ok := snap.State.Cluster(cluster); !ok {
+		writeError(w, http.StatusBadRequest, "unknown cluster "+strconv.Quote(cluster))
+		return
+	}
+	h.writePick(w, snap, cluster, key, kind)
+}
+
+func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key string, kind snapshot.Kind) {
+	hash := ringhash.HashKey(key)
+	res := PickResult{Cluster: cluster, Key: key, Client: kind, Hash: strconv.FormatUint(hash, 10), ByClient: map[snapshot.Kind]string{}}
+	for _, k := range server.Kinds {
+		d, err := h.decoded(snap, k, cluster)
+		if err != nil {
+			h.opts.Logger.Error("cannot decode published cluster", zap.String("cluster", cluster), zap.String("client", string(k)), zap.Error(err))
+			writeError(w, http.StatusInternalServerError, "decode "+string(k)+" resources of "+cluster+": "+err.Error())
+			return
+		}
+		ep := d.Endpoints[d.Ring.Pick(hash)].Addr
+		res.ByClient[k] = ep
+		if k == kind {
+			res.Policy, res.Endpoint = d.Ring.Policy(), ep
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// ringCache holds the rings decoded from one published snapshot, built on
+// first use. A new snapshot replaces the whole cache.
+type ringCache struct {
+	snap  *snapshot.Snapshot
+	mu    sync.Mutex
+	rings map[ringKey]*snapshot.Decoded
+}
+
+type ringKey struct {
+	kind    snapshot.Kind
+	cluster string
+}
+
+func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, cluster string) (*snapshot.Decoded, error) {
+	rc := h.rings.Load()
+	if rc == nil || rc.snap != snap {
+		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded)}
+		if h.rings.CompareAndSwap(rc, fresh) {
+			rc = fresh
+		} else {
+			rc = h.rings.Load()
+			if rc.snap != snap {
+				rc = fresh // raced with a newer snapshot; answer from ours uncached
+			}
+		}
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	k := ringKey{kind, cluster}
+	if d, ok := rc.rings[k]; ok {
+		return d, nil
+	}
+	res := snap.Kinds[kind]
+	cds, _ := res[resource.ClusterType][cluster].(*clusterv3.Cluster)
+	cla, _ := res[resource.EndpointType][cluster].(*endpointv3.ClusterLoadAssignment)
+	if cds == nil || cla == nil {
+		return nil, errors.New("cluster or endpoints not published")
+	}
+	d, err := snapshot.Decode(cds, cla, kind)
+	if err != nil {
+		return nil, err
+	}
+	rc.rings[k] = d
+	return d, nil
+}
+
+// publishedResource is one resource as /debug/snapshot shows it.
+type publishedResource struct {
+	Version  string          `json:"version"`
+	Resource json.RawMessage `json:"resource"`
+}
+
+func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
+	snap := h.opts.Server.Current()
+	if snap == nil {
+		writeError(w, http.StatusServiceUnavailable, "no snapshot published yet")
+		return
+	}
+	only, err := kindParam(r, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	out := struct {
+		Kinds    map[snapshot.Kind]map[string]map[string]publishedResource `json:"kinds"`
+		Notes    map[string][]string                                      `json:"notes"`
+		Problems []watch.Problem                                          `json:"problems"`
+	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Problems: h.opts.Problems()}
+	mo := protojson.MarshalOptions{Multiline: false, UseProtoNames: true}
+	for kind, types := range snap.Kinds {
+		if only != "" && kind != only {
+			continue
+		}
+		byType := map[string]map[string]publishedResource{}
+		for typeURL, byName := range types {
+			named := make(map[string]publishedResource, len(byName))
+			for name, res := range byName {
+				v, err := snapshot.Version(res)
+				if err != nil {
+					writeError(w, http.StatusInternalServerError, err.Error())
+					return
+				}
+				js, err := mo.Marshal(res.(proto.Message))
+				if err != nil {
+					writeError(w, http.StatusInternalServerError, "render "+name+": "+err.Error())
+					return
+				}
+				named[name] = publishedResource{Version: v, Resource: js}
+			}
+			byType[shortTypeName(typeURL)] = named
+		}
+		out.Kinds[kind] = byType
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func shortTypeName(typeURL string) string {
+	switch typeURL {
+	case resource.ClusterType:
+		return "clusters"
+	case resource.EndpointType:
+		return "endpoints"
+	case resource.ListenerType:
+		return "listeners"
+	case resource.RouteType:
+		return "routes"
+	}
+	return typeURL
+}
+
+func (h *Handler) clients(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Clients []server.ClientStatus `json:"clients"`
+		At      time.Time             `json:"at"`
+	}{h.opts.Server.Clients(), time.Now()})
+}
+
+func (h *Handler) problems(w http.ResponseWriter, _ *http.Request) {
+	p := h.opts.Problems()
+	if p == nil {
+		p = []watch.Problem{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Problems []watch.Problem `json:"problems"`
+	}{p})
+}
+
+func (h *Handler) index(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(`<!doctype html><title>ringxds</title><h1>ringxds</h1><ul>
+<li><a href="/debug/snapshot">/debug/snapshot</a> published resources per client kind</li>
+<li><a href="/debug/pick?cluster=products&amp;key=product-1">/debug/pick?cluster=C&amp;key=K</a> where a key goes</li>
+<li><a href="/debug/clients">/debug/clients</a> connected clients, ACK/NACK state</li>
+<li><a href="/debug/problems">/debug/problems</a> rejected input</li>
+<li><a href="/metrics">/metrics</a> Prometheus metrics</li>
+<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li></ul>`))
+}

@@ -1,0 +1,331 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ringxds/ringxds/internal/snapshot"
+)
+
+// Protocol variants of an xDS stream.
+const (
+	ProtocolSotW  = "sotw"
+	ProtocolDelta = "delta"
+)
+
+// ClientStatus is what the server knows about one open xDS stream. It is
+// the answer to "did my proxy get and accept the config?".
+type ClientStatus struct {
+	StreamID    int64                  `json:"stream_id"`
+	Protocol    string                 `json:"protocol"`
+	NodeID      string                 `json:"node_id"`
+	NodeCluster string                 `json:"node_cluster,omitempty"`
+	UserAgent   string                 `json:"user_agent,omitempty"`
+	Kind        snapshot.Kind          `json:"kind"`
+	Peer        string                 `json:"peer"`
+	ConnectedAt time.Time              `json:"connected_at"`
+	Types       map[string]*TypeStatus `json:"types"`
+}
+
+// TypeStatus is the per-resource-type exchange state of a stream.
+type TypeStatus struct {
+	// Subscribed is the number of resource names the client asked for; 0
+	// with Wildcard set means everything.
+	Subscribed   int       `json:"subscribed"`
+	Wildcard     bool      `json:"wildcard,omitempty"`
+	SentVersion  string    `json:"sent_version,omitempty"`
+	SentNonce    string    `json:"sent_nonce,omitempty"`
+	SentAt       time.Time `json:"sent_at,omitzero"`
+	AckedVersion string    `json:"acked_version,omitempty"`
+	AckedNonce   string    `json:"acked_nonce,omitempty"`
+	AckedAt      time.Time `json:"acked_at,omitzero"`
+	Nacks        int       `json:"nacks"`
+	LastNack     *Nack     `json:"last_nack,omitempty"`
+}
+
+// Nack is a response a client rejected.
+type Nack struct {
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+type streamKey struct {
+	protocol string
+	id       int64
+}
+
+// client is the mutable record behind a ClientStatus. Its own lock keeps
+// streams from contending with each other on a registry-wide lock.
+type client struct {
+	mu         sync.Mutex
+	status     ClientStatus
+	identified bool
+	// sentByNonce remembers the version of each outstanding delta response,
+	// since delta ACKs carry only the nonce.
+	sentByNonce map[string]string
+}
+
+// registry tracks open streams through go-control-plane's callbacks.
+type registry struct {
+	log     *zap.Logger
+	metrics *metrics
+	now     func() time.Time
+
+	mu      sync.RWMutex
+	streams map[streamKey]*client
+}
+
+func newRegistry(log *zap.Logger, m *metrics) *registry {
+	return &registry{log: log, metrics: m, now: time.Now, streams: make(map[streamKey]*client)}
+}
+
+func (r *registry) open(ctx context.Context, protocol string, id int64) {
+	c := &client{status: ClientStatus{
+		StreamID:    id,
+		Protocol:    protocol,
+		ConnectedAt: r.now(),
+		Types:       make(map[string]*TypeStatus, 4),
+	}}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.status.Peer = p.Addr.String()
+	}
+	r.mu.Lock()
+	r.streams[streamKey{protocol, id}] = c
+	r.mu.Unlock()
+}
+
+func (r *registry) closed(protocol string, id int64) {
+	k := streamKey{protocol, id}
+	r.mu.Lock()
+	c := r.streams[k]
+	delete(r.streams, k)
+	r.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.identified {
+		r.metrics.connected.WithLabelValues(string(c.status.Kind), protocol).Dec()
+		r.log.Debug("xDS stream closed", zap.String("node", c.status.NodeID), zap.String("protocol", protocol), zap.Int64("stream", id))
+	}
+}
+
+func (r *registry) get(protocol string, id int64) *client {
+	r.mu.RLock()
+	c := r.streams[streamKey{protocol, id}]
+	r.mu.RUnlock()
+	return c
+}
+
+// identify records the node the first time a stream names one.
+func (r *registry) identify(c *client, n *core.Node) {
+	if c.identified || n == nil || n.GetId() == "" && n.GetUserAgentName() == "" {
+		return
+	}
+	c.identified = true
+	c.status.NodeID = n.GetId()
+	c.status.NodeCluster = n.GetCluster()
+	c.status.UserAgent = strings.TrimSpace(n.GetUserAgentName() + " " + n.GetUserAgentVersion())
+	c.status.Kind = ClassifyNode(n)
+	r.metrics.connected.WithLabelValues(string(c.status.Kind), c.status.Protocol).Inc()
+	r.log.Info("xDS client connected",
+		zap.String("node", c.status.NodeID), zap.String("kind", string(c.status.Kind)),
+		zap.String("protocol", c.status.Protocol), zap.String("peer", c.status.Peer),
+		zap.String("user_agent", c.status.UserAgent))
+}
+
+func (c *client) typeStatus(typeURL string) *TypeStatus {
+	short := shortType(typeURL)
+	ts := c.status.Types[short]
+	if ts == nil {
+		ts = &TypeStatus{}
+		c.status.Types[short] = ts
+	}
+	return ts
+}
+
+// request handles a SotW or delta request: an ACK, a NACK or a
+// subscription change.
+//
+// SotW requests restate the whole subscription (subscribed is the new count);
+// delta requests change it (subscribed is the difference).
+func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.identify(c, n)
+	ts := c.typeStatus(typeURL)
+	if c.status.Protocol == ProtocolDelta {
+		ts.Subscribed = max(0, ts.Subscribed+subscribed)
+		ts.Wildcard = ts.Wildcard || wildcard
+	} else {
+		ts.Subscribed, ts.Wildcard = subscribed, wildcard
+	}
+	if nonce == "" {
+		return
+	}
+	if c.status.Protocol == ProtocolDelta {
+		version = c.sentByNonce[nonce]
+		delete(c.sentByNonce, nonce)
+	}
+	kind, short := string(c.status.Kind), shortType(typeURL)
+	if errDetail != nil {
+		ts.Nacks++
+		ts.LastNack = &Nack{Version: version, Nonce: nonce, Message: errDetail.GetMessage(), At: r.now()}
+		r.metrics.nacks.WithLabelValues(kind, short).Inc()
+		r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
+			zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
+			zap.String("version", version), zap.String("nonce", nonce), zap.String("error", errDetail.GetMessage()))
+		return
+	}
+	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = version, nonce, r.now()
+	r.metrics.acks.WithLabelValues(kind, short).Inc()
+}
+
+func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts := c.typeStatus(typeURL)
+	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
+	if c.status.Protocol == ProtocolDelta {
+		if c.sentByNonce == nil {
+			c.sentByNonce = make(map[string]string, 1)
+		}
+		// A client ACKs or NACKs each delta response; bound the map anyway so
+		// a client that never answers cannot grow it.
+		if len(c.sentByNonce) >= 16 {
+			clear(c.sentByNonce)
+		}
+		c.sentByNonce[nonce] = version
+	}
+	kind, short := string(c.status.Kind), shortType(typeURL)
+	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
+	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))
+}
+
+// Snapshot returns a copy of every open stream's status, ordered by node ID
+// then stream.
+func (r *registry) snapshot() []ClientStatus {
+	r.mu.RLock()
+	all := make([]*client, 0, len(r.streams))
+	for _, c := range r.streams {
+		all = append(all, c)
+	}
+	r.mu.RUnlock()
+	out := make([]ClientStatus, 0, len(all))
+	for _, c := range all {
+		c.mu.Lock()
+		st := c.status
+		st.Types = make(map[string]*TypeStatus, len(c.status.Types))
+		for k, v := range c.status.Types {
+			cp := *v
+			if v.LastNack != nil {
+				n := *v.LastNack
+				cp.LastNack = &n
+			}
+			st.Types[k] = &cp
+		}
+		c.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ClientStatus) int {
+		return cmp.Or(cmp.Compare(a.NodeID, b.NodeID), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.StreamID, b.StreamID))
+	})
+	return out
+}
+
+// shortType turns a type URL into the name people use: cds, eds, lds, rds.
+func shortType(typeURL string) string {
+	switch {
+	case strings.HasSuffix(typeURL, ".Cluster"):
+		return "cds"
+	case strings.HasSuffix(typeURL, ".ClusterLoadAssignment"):
+		return "eds"
+	case strings.HasSuffix(typeURL, ".Listener"):
+		return "lds"
+	case strings.HasSuffix(typeURL, ".RouteConfiguration"):
+		return "rds"
+	}
+	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
+}
+
+// callbacks adapts the registry to go-control-plane's server.Callbacks.
+type callbacks struct{ r *registry }
+
+func (cb callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	cb.r.open(ctx, ProtocolSotW, id)
+	return nil
+}
+
+func (cb callbacks) OnStreamClosed(id int64, _ *core.Node) { cb.r.closed(ProtocolSotW, id) }
+
+func (cb callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	cb.r.open(ctx, ProtocolDelta, id)
+	return nil
+}
+
+func (cb callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { cb.r.closed(ProtocolDelta, id) }
+
+func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	c := cb.r.get(ProtocolSotW, id)
+	if c == nil {
+		return nil
+	}
+	var errDetail interface{ GetMessage() string }
+	if req.GetErrorDetail() != nil {
+		errDetail = req.GetErrorDetail()
+	}
+	names := req.GetResourceNames()
+	wildcard := len(names) == 0 || slices.Contains(names, "*")
+	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), errDetail, len(names), wildcard)
+	return nil
+}
+
+// OnStreamResponse replaces the cache's counter version with the content
+// version before the response is sent (go-control-plane calls this right
+// before Send, on the response it owns).
+func (cb callbacks) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	resp.VersionInfo = contentVersion(resp.GetResources())
+	if c := cb.r.get(ProtocolSotW, id); c != nil {
+		cb.r.sent(c, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), proto.Size(resp))
+	}
+}
+
+func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	c := cb.r.get(ProtocolDelta, id)
+	if c == nil {
+		return nil
+	}
+	var errDetail interface{ GetMessage() string }
+	if req.GetErrorDetail() != nil {
+		errDetail = req.GetErrorDetail()
+	}
+	subscribed := len(req.GetResourceNamesSubscribe()) - len(req.GetResourceNamesUnsubscribe())
+	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), errDetail, subscribed, slices.Contains(req.GetResourceNamesSubscribe(), "*"))
+	return nil
+}
+
+func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	resp.SystemVersionInfo = deltaContentVersion(resp)
+	if c := cb.r.get(ProtocolDelta, id); c != nil {
+		cb.r.sent(c, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), proto.Size(resp))
+	}
+}
+
+func (cb callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
+func (cb callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the server-side figures a platform team graphs and alerts on.
+// Every decision that changes what clients receive is counted here.
+type metrics struct {
+	pushes          *prometheus.CounterVec
+	bytesSent       *prometheus.CounterVec
+	nacks           *prometheus.CounterVec
+	acks            *prometheus.CounterVec
+	connected       *prometheus.GaugeVec
+	resources       *prometheus.GaugeVec
+	buildSeconds    prometheus.Histogram
+	applySeconds    prometheus.Histogram
+	changeToPush    prometheus.Histogram
+	buildErrors     prometheus.Counter
+	snapshotChanges *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_pushes_total",
+			Help: "xDS responses sent, by client kind, resource type and protocol (sotw or delta).",
+		}, []string{"kind", "type", "protocol"}),
+		bytesSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_bytes_sent_total",
+			Help: "Serialized bytes of xDS responses sent, by client kind, resource type and protocol.",
+		}, []string{"kind", "type", "protocol"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_nacks_total",
+			Help: "xDS responses rejected by clients (requests carrying error_detail).",
+		}, []string{"kind", "type"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_acks_total",
+			Help: "xDS responses accepted by clients.",
+		}, []string{"kind", "type"}),
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_xds_connected_clients",
+			Help: "Open xDS streams whose node has been identified, by client kind and protocol.",
+		}, []string{"kind", "protocol"}),
+		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_snapshot_resources",
+			Help: "Resources currently published, by client kind and resource type.",
+		}, []string{"kind", "type"}),
+		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringxds_snapshot_build_seconds",
+			Help:    "Time to translate a model state into xDS resources.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringxds_xds_push_seconds",
+			Help:    "Time to build a snapshot, diff it against the published one and notify the affected watches.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		changeToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringxds_change_to_push_seconds",
+			Help:    "Time from the first input change a source saw to the caches holding the new resources (includes the source's coalescing).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringxds_snapshot_build_errors_total",
+			Help: "Model states the snapshot builder rejected; the previous snapshot stayed published.",
+		}),
+		snapshotChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_snapshot_resource_changes_total",
+			Help: "Resources added, updated or removed in the caches, by resource type and operation.",
+		}, []string{"type", "op"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.resources,
+			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges)
+	}
+	return m
+}

@@ -1,0 +1,293 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/snapshot"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Logger receives structured logs; nil means no logs.
+	Logger *zap.Logger
+	// Registerer receives the server's metrics; nil means none are registered.
+	Registerer prometheus.Registerer
+	// Now returns the current time; nil means time.Now. Fade-in steps are
+	// computed against it.
+	Now func() time.Time
+}
+
+// Server publishes snapshots to xDS clients.
+type Server struct {
+	log      *zap.Logger
+	metrics  *metrics
+	registry *registry
+	now      func() time.Time
+
+	caches map[string]*cache.LinearCache
+	xds    serverv3.Server
+
+	applyMu sync.Mutex
+	// published holds, per cache group, the content version of every
+	// resource in that cache, so Apply touches only what changed.
+	published map[string]map[string]string
+	current   atomic.Pointer[snapshot.Snapshot]
+}
+
+// resourceTypes in the order upserts are applied: a resource is in its cache
+// before anything that refers to it (EDS before CDS before RDS before LDS),
+// so a client following a new reference never finds it missing. Deletions
+// run in the reverse order.
+var resourceTypes = []string{resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ListenerType}
+
+// Kinds are the client kinds the server translates for.
+var Kinds = []snapshot.Kind{snapshot.KindEnvoy, snapshot.KindGRPC, snapshot.KindClientlib}
+
+// cacheGroup names the cache a kind reads a type from. Kinds share a cache
+// where their translations are identical by construction, so each shared
+// resource is marshalled once: EDS is the same for every kind, and LDS/RDS
+// are the same for the two proxyless kinds.
+func cacheGroup(kind snapshot.Kind, typeURL string) string {
+	switch typeURL {
+	case resource.EndpointType:
+		return "all/eds"
+	case resource.ListenerType, resource.RouteType:
+		if kind == snapshot.KindEnvoy {
+			return "envoy/" + shortType(typeURL)
+		}
+		return "proxyless/" + shortType(typeURL)
+	}
+	return string(kind) + "/" + shortType(typeURL)
+}
+
+// New creates a Server with empty caches. It serves nothing until the first
+// Apply.
+func New(ctx context.Context, opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	m := newMetrics(opts.Registerer)
+	s := &Server{
+		log:       log,
+		metrics:   m,
+		registry:  newRegistry(log, m),
+		now:       now,
+		caches:    make(map[string]*cache.LinearCache),
+		published: make(map[string]map[string]string),
+	}
+	s.registry.now = now
+	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
+	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
+	for _, k := range Kinds {
+		for _, t := range resourceTypes {
+			g := cacheGroup(k, t)
+			if _, ok := s.caches[g]; !ok {
+				s.caches[g] = cache.NewLinearCache(t, cache.WithLogger(cpLog))
+				mux.Caches[g] = s.caches[g]
+			}
+		}
+	}
+	mux.Caches[unservedGroup] = unservedCache{}
+	mux.Classify = func(r *cache.Request) string { return classify(r.GetNode(), r.GetTypeUrl()) }
+	mux.ClassifyDelta = func(r *cache.DeltaRequest) string { return classify(r.GetNode(), r.GetTypeUrl()) }
+	// EDS and RDS are never legitimately wildcard; an empty request for them
+	// (a gRPC client unsubscribing its last name) must not become one.
+	s.xds = serverv3.NewServer(ctx, mux, callbacks{s.registry},
+		config.DeactivateLegacyWildcardForTypes([]string{resource.EndpointType, resource.RouteType}),
+	)
+	return s
+}
+
+const unservedGroup = "unserved"
+
+// classify routes a request to its cache. Types ringxds does not serve (an
+// Envoy asking for secrets or runtime over ADS) go to a cache that never
+// answers, as if the server had no such resource, rather than failing the
+// whole ADS stream.
+func classify(n *core.Node, typeURL string) string {
+	switch typeURL {
+	case resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ListenerType:
+		return cacheGroup(ClassifyNode(n), typeURL)
+	}
+	return unservedGroup
+}
+
+// Register adds the ADS service and the per-type CDS, EDS, LDS and RDS
+// services (SotW and delta) to g.
+func (s *Server) Register(g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+}
+
+// Apply translates state and publishes what changed. On a build error the
+// previously published snapshot stays in force and the error is returned.
+func (s *Server) Apply(state model.State) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	start := s.now()
+	snap, err := snapshot.Build(state, start)
+	if err != nil {
+		s.metrics.buildErrors.Inc()
+		s.log.Error("snapshot build failed; keeping the published snapshot", zap.Error(err))
+		return fmt.Errorf("build snapshot: %w", err)
+	}
+	built := s.now()
+	s.metrics.buildSeconds.Observe(built.Sub(start).Seconds())
+
+	type change struct {
+		group   string
+		upserts map[string]types.Resource
+		deletes []string
+	}
+	var changes []change
+	next := make(map[string]map[string]string, len(s.published))
+	var errs []error
+	for _, t := range resourceTypes {
+		for _, g := range s.groupsOf(t) {
+			res := snap.Kinds[g.kind][t]
+			prev := s.published[g.name]
+			versions := make(map[string]string, len(res))
+			ch := change{group: g.name, upserts: make(map[string]types.Resource)}
+			for name, r := range res {
+				v, err := snapshot.Version(r)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s %q: %w", shortType(t), name, err))
+					continue
+				}
+				versions[name] = v
+				if prev[name] != v {
+					ch.upserts[name] = r
+				}
+			}
+			for name := range prev {
+				if _, ok := res[name]; !ok {
+					ch.deletes = append(ch.deletes, name)
+				}
+			}
+			sort.Strings(ch.deletes)
+			next[g.name] = versions
+			changes = append(changes, ch)
+			s.metrics.resources.WithLabelValues(string(g.kind), shortType(t)).Set(float64(len(res)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.metrics.buildErrors.Inc()
+		s.log.Error("snapshot has resources that cannot be serialized; keeping the published snapshot", zap.Error(err))
+		return err
+	}
+	// Upserts go in dependency order, then deletions in reverse.
+	for _, ch := range changes {
+		if len(ch.upserts) == 0 {
+			continue
+		}
+		if err := s.caches[ch.group].UpdateResources(ch.upserts, nil); err != nil {
+			return fmt.Errorf("update %s: %w", ch.group, err)
+		}
+		s.countChanges(ch.group, ch.upserts, s.published[ch.group])
+	}
+	for i := len(changes) - 1; i >= 0; i-- {
+		ch := changes[i]
+		if len(ch.deletes) == 0 {
+			continue
+		}
+		if err := s.caches[ch.group].UpdateResources(nil, ch.deletes); err != nil {
+			return fmt.Errorf("update %s: %w", ch.group, err)
+		}
+		s.metrics.snapshotChanges.WithLabelValues(ch.group, "delete").Add(float64(len(ch.deletes)))
+	}
+	s.published = next
+	s.current.Store(snap)
+	done := s.now()
+	s.metrics.applySeconds.Observe(done.Sub(start).Seconds())
+	if !state.ChangedAt.IsZero() {
+		s.metrics.changeToPush.Observe(done.Sub(state.ChangedAt).Seconds())
+	}
+	s.log.Info("snapshot published", zap.Int("clusters", len(state.Clusters)),
+		zap.Duration("build", built.Sub(start)), zap.Duration("apply", done.Sub(start)))
+	return nil
+}
+
+func (s *Server) countChanges(group string, upserts map[string]types.Resource, prev map[string]string) {
+	var added, updated int
+	for name := range upserts {
+		if _, ok := prev[name]; ok {
+			updated++
+		} else {
+			added++
+		}
+	}
+	if added > 0 {
+		s.metrics.snapshotChanges.WithLabelValues(group, "add").Add(float64(added))
+	}
+	if updated > 0 {
+		s.metrics.snapshotChanges.WithLabelValues(group, "update").Add(float64(updated))
+	}
+}
+
+type groupRef struct {
+	name string
+	kind snapshot.Kind
+}
+
+// groupsOf lists the cache groups of a type with the first kind that reads
+// each, in a fixed order.
+func (s *Server) groupsOf(typeURL string) []groupRef {
+	var out []groupRef
+	seen := map[string]bool{}
+	for _, k := range Kinds {
+		g := cacheGroup(k, typeURL)
+		if !seen[g] {
+			seen[g] = true
+			out = append(out, groupRef{g, k})
+		}
+	}
+	return out
+}
+
+// Current returns the published snapshot, or nil before the first Apply.
+func (s *Server) Current() *snapshot.Snapshot { return s.current.Load() }
+
+// Ready reports whether a snapshot has been published.
+func (s *Server) Ready() bool { return s.current.Load() != nil }
+
+// Clients returns the status of every open xDS stream.
+func (s *Server) Clients() []ClientStatus { return s.registry.snapshot() }
+
+// NumWatches reports open watches across all caches, for tests and metrics.
+func (s *Server) NumWatches() int {
+	n := 0
+	for _, c := range s.caches {
+		n += c.NumCacheWatches()
+	}
+	return n
+}
