@@ -253,8 +253,8 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	out := struct {
 		Kinds    map[snapshot.Kind]map[string]map[string]publishedResource `json:"kinds"`
-		Notes    map[string][]string                                      `json:"notes"`
-		Problems []watch.Problem                                          `json:"problems"`
+		Notes    map[string][]string                                       `json:"notes"`
+		Problems []watch.Problem                                           `json:"problems"`
 	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Problems: h.opts.Problems()}
 	mo := protojson.MarshalOptions{Multiline: false, UseProtoNames: true}
 	for kind, types := range snap.Kinds {

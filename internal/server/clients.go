@@ -327,5 +327,5 @@ func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryR
 	}
 }
 
-func (cb callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
+func (cb callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error         { return nil }
 func (cb callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
