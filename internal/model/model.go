@@ -70,7 +70,7 @@ type FadeIn struct {
 
 // Endpoint is one backend of a cluster.
 type Endpoint struct {
-	// Address is an IPv4 or IPv6 literal, or a DNS name.
+	// Address is an IPv4 or IPv6 literal.
 	Address string
 	Port    uint32
 	// Weight is at least 1.
@@ -225,12 +225,15 @@ func (c *Cluster) Validate() error {
 		errs = append(errs, fieldErr("endpoints", "must list at least one endpoint"))
 	}
 	seen := make(map[string]int, len(c.Endpoints))
+	seenKeys := make(map[string]int)
 	for i, ep := range c.Endpoints {
 		f := fmt.Sprintf("endpoints[%d]", i)
+		// EDS endpoints are resolved addresses: Envoy rejects a DNS name in
+		// an EDS cluster, and grpc-go would hash a name nobody else sees.
 		if ep.Address == "" {
 			errs = append(errs, fieldErr(f+".address", "must not be empty"))
-		} else if _, err := netip.ParseAddr(ep.Address); err != nil && !validHostname(ep.Address) {
-			errs = append(errs, fieldErr(f+".address", "%q is neither an IP address nor a DNS name", ep.Address))
+		} else if a, err := netip.ParseAddr(ep.Address); err != nil || a.Zone() != "" {
+			errs = append(errs, fieldErr(f+".address", "%q is not an IPv4 or IPv6 address", ep.Address))
 		}
 		if ep.Port < 1 || ep.Port > 65535 {
 			errs = append(errs, fieldErr(f+".port", "%d is outside 1..65535", ep.Port))
@@ -248,6 +251,15 @@ func (c *Cluster) Validate() error {
 			errs = append(errs, fieldErr(f, "duplicates endpoints[%d] (%s)", j, hp))
 		} else {
 			seen[hp] = i
+		}
+		// Two endpoints with one ring key would share ring positions, which
+		// no data plane resolves the same way.
+		if ep.HashKey != "" {
+			if j, dup := seenKeys[ep.HashKey]; dup {
+				errs = append(errs, fieldErr(f+".hash_key", "%q is also the hash_key of endpoints[%d]", ep.HashKey, j))
+			} else {
+				seenKeys[ep.HashKey] = i
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -282,23 +294,6 @@ func validHeaderName(h string) bool {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
 		default:
 			return false
-		}
-	}
-	return true
-}
-
-func validHostname(h string) bool {
-	if len(h) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
-				return false
-			}
 		}
 	}
 	return true

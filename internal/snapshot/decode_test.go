@@ -184,7 +184,7 @@ func TestDecodeNotesPredictIdentity(t *testing.T) {
 		c := model.Cluster{Name: "c", MinRingSize: 1 << (4 + rng.IntN(9)), MaxRingSize: 4096}
 		n := 1 + rng.IntN(12)
 		for j := range n {
-			c.Endpoints = append(c.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", i, j), Port: 80, Weight: uint32(1 + rng.IntN(7))})
+			c.Endpoints = append(c.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", i/256, i%256, j), Port: 80, Weight: uint32(1 + rng.IntN(7))})
 		}
 		if i%2 == 0 {
 			// Make the weights sum to a power of two.

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"cmp"
 	"fmt"
-	"net/netip"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -76,9 +75,6 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 			// The two endpoints get the same ring entries; which one wins a
 			// pick then depends on each data plane's unstable sort.
 			notes = append(notes, fmt.Sprintf("endpoints %s and %s share the ring key %q: picks between them are ambiguous and differ between data planes", eps[i-1].hostPort, k.hostPort, k.key))
-		}
-		if _, err := netip.ParseAddr(k.ep.Address); err != nil {
-			notes = append(notes, fmt.Sprintf("endpoint %s is a DNS name: Envoy accepts only IP addresses in EDS and rejects this cluster's endpoints", k.hostPort))
 		}
 		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
 	}

@@ -28,7 +28,7 @@ const fileFullYAML = `clusters:
     lb_policy: maglev
     table_size: 251
     endpoints:
-      - address: inventory-0.example.internal
+      - address: 10.0.1.7
         port: 9000
   - name: catalog
     lb_policy: skipper
@@ -47,7 +47,7 @@ const fileFullJSON = `{"clusters": [
      {"address": "10.0.0.1", "port": 8080, "weight": 1, "scheme": "https", "zone": "eu-central-1a"},
      {"address": "2001:db8::1", "port": 8081, "weight": 3, "scheme": "h2c", "zone": "eu-central-1b", "hash_key": "p-2"}]},
   {"name": "inventory", "lb_policy": "maglev", "table_size": 251,
-   "endpoints": [{"address": "inventory-0.example.internal", "port": 9000}]},
+   "endpoints": [{"address": "10.0.1.7", "port": 9000}]},
   {"name": "catalog", "lb_policy": "skipper", "fade_in": {},
    "endpoints": [{"address": "10.0.0.3", "port": 80}]}
 ]}`
@@ -63,7 +63,7 @@ func TestFileParseHonoursEveryFieldAndAppliesDefaults(t *testing.T) {
 		{
 			Name: "inventory", Policy: model.PolicyMaglev, HashHeader: model.DefaultHashHeader,
 			MinRingSize: model.DefaultRingSize, MaxRingSize: model.DefaultRingSize, TableSize: 251,
-			Endpoints: []model.Endpoint{{Address: "inventory-0.example.internal", Port: 9000, Weight: 1, Scheme: "http"}},
+			Endpoints: []model.Endpoint{{Address: "10.0.1.7", Port: 9000, Weight: 1, Scheme: "http"}},
 		},
 		{
 			Name: "products", Policy: model.PolicyRingHash, HashHeader: "x-product-id",

@@ -1,0 +1,111 @@
+package model
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validCluster() Cluster {
+	return Cluster{Name: "products", Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 8080}, {Address: "2001:db8::1", Port: 8080}}}
+}
+
+func TestApplyDefaults(t *testing.T) {
+	c := validCluster()
+	c.FadeIn = &FadeIn{}
+	c.ApplyDefaults()
+	if c.Policy != PolicyRingHash || c.HashHeader != DefaultHashHeader || c.MinRingSize != DefaultRingSize || c.MaxRingSize != DefaultRingSize {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if c.FadeIn.Duration != 30*time.Second || c.FadeIn.Exponent != 2.5 {
+		t.Fatalf("fade-in defaults: %+v", c.FadeIn)
+	}
+	if ep := c.Endpoints[0]; ep.Weight != 1 || ep.Scheme != "http" {
+		t.Fatalf("endpoint defaults: %+v", ep)
+	}
+	m := Cluster{Name: "m", Policy: PolicyMaglev}
+	m.ApplyDefaults()
+	if m.TableSize != DefaultMaglevTableSize {
+		t.Fatalf("maglev table size default = %d", m.TableSize)
+	}
+	// Only one bound given: the other follows it without inverting them.
+	one := Cluster{MinRingSize: 8192}
+	one.ApplyDefaults()
+	if one.MaxRingSize != 8192 {
+		t.Fatalf("max ring size = %d, want 8192", one.MaxRingSize)
+	}
+}
+
+func TestHostPortBracketsIPv6(t *testing.T) {
+	if got := (Endpoint{Address: "2001:db8::1", Port: 80}).HostPort(); got != "[2001:db8::1]:80" {
+		t.Fatalf("HostPort = %q", got)
+	}
+	if got := (Endpoint{Address: "10.0.0.1", Port: 80}).HostPort(); got != "10.0.0.1:80" {
+		t.Fatalf("HostPort = %q", got)
+	}
+}
+
+func TestValidateNamesEachProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Cluster)
+		field string
+		text  string
+	}{
+		{"empty name", func(c *Cluster) { c.Name = "" }, "name", "must not be empty"},
+		{"slash in name", func(c *Cluster) { c.Name = "a/b" }, "name", "must not contain"},
+		{"bad policy", func(c *Cluster) { c.Policy = "round_robin" }, "lb_policy", `unknown lb_policy "round_robin"`},
+		{"bad header", func(c *Cluster) { c.HashHeader = "X Product" }, "hash_header", "not a valid"},
+		{"min above max", func(c *Cluster) { c.MinRingSize, c.MaxRingSize = 4096, 1024 }, "minimum_ring_size", "larger than maximum_ring_size"},
+		{"ring too large", func(c *Cluster) { c.MaxRingSize = MaxRingSize + 1 }, "maximum_ring_size", "outside"},
+		{"non-prime table", func(c *Cluster) { c.Policy, c.TableSize = PolicyMaglev, 65536 }, "table_size", "must be a prime"},
+		{"table on ring_hash", func(c *Cluster) { c.TableSize = 7 }, "table_size", "only to lb_policy maglev"},
+		{"no endpoints", func(c *Cluster) { c.Endpoints = nil }, "endpoints", "at least one"},
+		{"DNS name", func(c *Cluster) { c.Endpoints[0].Address = "backend.example" }, "endpoints[0].address", "not an IPv4 or IPv6 address"},
+		{"zero port", func(c *Cluster) { c.Endpoints[0].Port = 0 }, "endpoints[0].port", "outside 1..65535"},
+		{"bad scheme", func(c *Cluster) { c.Endpoints[0].Scheme = "ftp" }, "endpoints[0].scheme", "not one of"},
+		{"duplicate", func(c *Cluster) { c.Endpoints[1] = c.Endpoints[0] }, "endpoints[1]", "duplicates endpoints[0]"},
+		{"duplicate hash key", func(c *Cluster) { c.Endpoints[0].HashKey, c.Endpoints[1].HashKey = "k", "k" }, "endpoints[1].hash_key", "also the hash_key of endpoints[0]"},
+		{"bad fade exponent", func(c *Cluster) { c.FadeIn = &FadeIn{Duration: time.Second, Exponent: -1} }, "fade_in.exponent", "must be in"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validCluster()
+			c.ApplyDefaults()
+			tc.edit(&c)
+			err := c.Validate()
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %v, want a FieldError", err)
+			}
+			if fe.Field != tc.field || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("Validate() = %q (field %q), want field %q saying %q", err, fe.Field, tc.field, tc.text)
+			}
+		})
+	}
+	c := validCluster()
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid cluster rejected: %v", err)
+	}
+}
+
+func TestNormalizeSortsAndRejectsDuplicateClusters(t *testing.T) {
+	s := State{Clusters: []Cluster{validCluster(), {Name: "a", Endpoints: []Endpoint{{Address: "10.0.0.9", Port: 1}}}}}
+	if err := s.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Clusters[0].Name != "a" {
+		t.Fatalf("clusters not sorted: %s first", s.Clusters[0].Name)
+	}
+	if c, ok := s.Cluster("products"); !ok || c.Name != "products" {
+		t.Fatal("Cluster lookup failed")
+	}
+	if _, ok := s.Cluster("nope"); ok {
+		t.Fatal("Cluster found a missing name")
+	}
+	dup := State{Clusters: []Cluster{validCluster(), validCluster()}}
+	if err := dup.Normalize(); err == nil || !strings.Contains(err.Error(), "defined twice") {
+		t.Fatalf("duplicate cluster: %v", err)
+	}
+}
