@@ -49,7 +49,12 @@ type Server struct {
 	caches map[string]*cache.LinearCache
 	xds    serverv3.Server
 
+	ctx context.Context
+
 	applyMu sync.Mutex
+	// last is the most recent State applied; fade-in steps rebuild from it.
+	last      model.State
+	stepTimer *time.Timer
 	// published holds, per cache group, the content version of every
 	// resource in that cache, so Apply touches only what changed.
 	published map[string]map[string]string
@@ -101,6 +106,7 @@ func New(ctx context.Context, opts Options) *Server {
 		now:       now,
 		caches:    make(map[string]*cache.LinearCache),
 		published: make(map[string]map[string]string),
+		ctx:       ctx,
 	}
 	s.registry.now = now
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
@@ -154,6 +160,36 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Apply(state model.State) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	return s.applyLocked(state)
+}
+
+// scheduleStep arranges for the last State to be rebuilt when the published
+// snapshot says its resources change next (a fade-in step), so fades
+// progress without any input change.
+func (s *Server) scheduleStep(at time.Time) {
+	if s.stepTimer != nil {
+		s.stepTimer.Stop()
+		s.stepTimer = nil
+	}
+	if at.IsZero() || s.ctx.Err() != nil {
+		return
+	}
+	s.stepTimer = time.AfterFunc(max(at.Sub(s.now()), 0), func() {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.applyMu.Lock()
+		defer s.applyMu.Unlock()
+		st := s.last
+		st.ChangedAt = time.Time{} // a step is not an input change
+		if err := s.applyLocked(st); err != nil {
+			s.log.Error("fade-in step failed; retrying in 1 s", zap.Error(err))
+			s.scheduleStep(s.now().Add(time.Second))
+		}
+	})
+}
+
+func (s *Server) applyLocked(state model.State) error {
 	start := s.now()
 	snap, err := snapshot.Build(state, start)
 	if err != nil {
@@ -226,7 +262,9 @@ func (s *Server) Apply(state model.State) error {
 		s.metrics.snapshotChanges.WithLabelValues(ch.group, "delete").Add(float64(len(ch.deletes)))
 	}
 	s.published = next
+	s.last = state
 	s.current.Store(snap)
+	s.scheduleStep(snap.NextStep)
 	done := s.now()
 	s.metrics.applySeconds.Observe(done.Sub(start).Seconds())
 	if !state.ChangedAt.IsZero() {

@@ -46,6 +46,10 @@ type Snapshot struct {
 	// cluster name, e.g. "maglev is published to grpc clients as ring_hash:
 	// gRPC NACKs MAGLEV". Shown on /debug/snapshot.
 	Notes map[string][]string
+	// NextStep is when these resources next change with no input change (the
+	// next fade-in step); zero when nothing is fading. The server rebuilds
+	// the snapshot from the same State at that instant.
+	NextStep time.Time
 }
 
 // Build translates a normalized State (see model.State.Normalize) into the
