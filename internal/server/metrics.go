@@ -18,6 +18,7 @@ type metrics struct {
 	changeToPush    prometheus.Histogram
 	buildErrors     prometheus.Counter
 	snapshotChanges *prometheus.CounterVec
+	fading          *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,10 +70,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_snapshot_resource_changes_total",
 			Help: "Resources added, updated or removed in the caches, by resource type and operation.",
 		}, []string{"type", "op"}),
+		fading: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_fading_endpoints",
+			Help: "Endpoints currently fading in, by cluster.",
+		}, []string{"cluster"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.resources,
-			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges)
+			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading)
 	}
 	return m
 }

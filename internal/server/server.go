@@ -263,6 +263,10 @@ func (s *Server) applyLocked(state model.State) error {
 	}
 	s.published = next
 	s.last = state
+	s.metrics.fading.Reset()
+	for _, c := range state.Clusters {
+		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
+	}
 	s.current.Store(snap)
 	s.scheduleStep(snap.NextStep)
 	done := s.now()

@@ -50,6 +50,25 @@ type Snapshot struct {
 	// next fade-in step); zero when nothing is fading. The server rebuilds
 	// the snapshot from the same State at that instant.
 	NextStep time.Time
+	// Fading lists, per cluster name, the endpoints still fading in at the
+	// instant the snapshot was built. Shown on /debug/snapshot and counted
+	// in metrics.
+	Fading map[string][]FadeStatus
+}
+
+// FadeStatus is the progress of one endpoint fading in.
+type FadeStatus struct {
+	// Endpoint is host:port.
+	Endpoint string    `json:"endpoint"`
+	Start    time.Time `json:"start"`
+	// Duration and Exponent are the curve share(t) = min(1, (t/Duration)^Exponent).
+	Duration time.Duration `json:"duration_ns"`
+	Exponent float64       `json:"exponent"`
+	// Share is share(now - Start): the fraction of its final traffic the
+	// endpoint receives now.
+	Share float64 `json:"share"`
+	// Weight is the EDS weight published for this step.
+	Weight uint32 `json:"weight"`
 }
 
 // Build translates a normalized State (see model.State.Normalize) into the
