@@ -254,8 +254,10 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Kinds    map[snapshot.Kind]map[string]map[string]publishedResource `json:"kinds"`
 		Notes    map[string][]string                                       `json:"notes"`
+		Fading   map[string][]snapshot.FadeStatus                          `json:"fading"`
+		NextStep time.Time                                                 `json:"next_step,omitzero"`
 		Problems []watch.Problem                                           `json:"problems"`
-	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Problems: h.opts.Problems()}
+	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Fading: snap.Fading, NextStep: snap.NextStep, Problems: h.opts.Problems()}
 	mo := protojson.MarshalOptions{Multiline: false, UseProtoNames: true}
 	for kind, types := range snap.Kinds {
 		if only != "" && kind != only {
