@@ -1,54 +1,65 @@
 package ringhash
 
 import (
-	"cmp"
 	"math/bits"
 	"slices"
 )
 
 // sortedRing is the lookup structure shared by the Envoy ring_hash and
-// Skipper dialects: entries sorted by hash, plus two derived arrays that make
-// picks and walks cheap without changing which entry a pick returns.
+// Skipper dialects: entries sorted by hash, laid out so that a pick touches
+// about two cache lines, never binary-searches and has no data-dependent
+// branch.
 //
 // A pick must return the first entry whose hash is >= h, wrapping to entry 0
 // (grpc-go balancer/ringhash/ring.go pick, Skipper proxy/consistenthash.go,
-// and Envoy's Ketama search in ring_hash_lb.cc all agree on that). Instead of
-// a binary search, index[b] holds the first entry whose hash is >= b<<shift,
-// for each of the 2^bits buckets of the top hash bits. The answer for h then
-// lies in [index[b], index[b+1]] with b = h>>shift, and with about one entry
-// per bucket a pick is one index load, a scan of about one hash and one
-// owner load, instead of log2(size) dependent loads.
+// and Envoy's Ketama search in ring_hash_lb.cc all agree on that).
+//
+// The ring is cut into 2^b buckets by the top b bits of the hash, with about
+// one entry per bucket. index[k] is the position of the first entry of
+// bucket k, so the answer for h lies in [index[k], index[k+1]] where
+// k = h >> (64-b): one index load and a look at about one entry replace
+// log2(size) dependent loads.
+//
+// Inside a bucket all hashes share their top b bits, so only the low 64-b
+// bits need comparing. Each entry is stored as one word, hash << b | owner,
+// which compares exactly like the hash against h << b and carries the owner
+// in the same cache line. That needs owners to fit in b bits, which the
+// builder ensures by never choosing b below the endpoint count's bit length.
 type sortedRing struct {
-	hashes []uint64 // ascending; ties keep build order
-	owners []uint32 // endpoint index of each entry
-	index  []uint32 // len 2^bits + 1; index[2^bits] == len(hashes)
-	shift  uint     // 64 - bits
+	packed []uint64 // hash<<b | owner, ascending; ties ordered by owner; then padding
+	n      int      // entries, without the findWindow padding entries
+	index  []uint32 // len 2^b + 1; index[2^b] == n
+	b      uint
+	shift  uint   // 64 - b
+	mask   uint64 // 1<<b - 1, extracts the owner
 	walk   walkInfo
 }
 
-// maxIndexBits caps the bucket index at 2^23 buckets (32 MiB of uint32)
-// for Envoy's largest 8M-entry rings; smaller rings get about one bucket
-// per entry.
+// maxIndexBits caps the bucket index at 2^23 buckets (32 MiB) for Envoy's
+// largest 8M-entry rings, which then have about one entry per bucket. It is
+// also the bit length of the largest endpoint index (maxEndpoints - 1), so
+// owners always fit.
 const maxIndexBits = 23
 
-// newSortedRing sorts the (hash, owner) pairs given in build order and builds
-// the bucket index. It takes ownership of both slices.
+// newSortedRing sorts the entries given in build order (hashes[i] owned by
+// owners[i]) and builds the bucket index.
 //
-// The sort is a bucket sort on the same top bits the index uses: ring hashes
+// The sort is a bucket sort on the same top bits the index uses. Ring hashes
 // are XXH64 or MurmurHash2 outputs, so buckets hold about one entry and the
-// sort is linear. Ties keep build order, so the result is deterministic even
-// for the (astronomically rare) equal hashes that Envoy's std::sort would
-// order arbitrarily.
+// sort is linear; a crowded bucket, only possible with crafted hashes, falls
+// back to pdqsort. Equal hashes are ordered by owner, so the ring is
+// deterministic where Envoy's std::sort would be arbitrary.
 func newSortedRing(hashes []uint64, owners []uint32, numEndpoints int) sortedRing {
 	n := len(hashes)
-	b := bits.Len(uint(n))
-	b = max(1, min(b, maxIndexBits))
+	b := bits.Len(uint(n)) // 2^b in (n, 2n]: at most one entry per bucket on average
+	b = min(b, maxIndexBits)
+	b = max(b, bits.Len(uint(numEndpoints-1)), 1)
 	shift := uint(64 - b)
 	buckets := 1 << b
 
-	// index[k+1] counts bucket k; the prefix sum turns it into the end of
-	// bucket k. Scattering in reverse while decrementing those ends leaves
-	// each element in a stable position and index[k+1] at the start of k.
+	// index[k+1] first counts bucket k; the prefix sum turns it into the end
+	// of bucket k, and scattering while decrementing those ends leaves
+	// index[k+1] at the start of bucket k.
 	index := make([]uint32, buckets+1)
 	for _, h := range hashes {
 		index[(h>>shift)+1]++
@@ -56,97 +67,139 @@ func newSortedRing(hashes []uint64, owners []uint32, numEndpoints int) sortedRin
 	for k := 1; k <= buckets; k++ {
 		index[k] += index[k-1]
 	}
-	sh := make([]uint64, n)
-	so := make([]uint32, n)
-	for i := n - 1; i >= 0; i-- {
-		k := (hashes[i] >> shift) + 1
+	packed := make([]uint64, n+findWindow)
+	for i, h := range hashes {
+		k := (h >> shift) + 1
 		index[k]--
-		p := index[k]
-		sh[p] = hashes[i]
-		so[p] = owners[i]
+		packed[index[k]] = h<<b | uint64(owners[i])
 	}
 	copy(index, index[1:])
 	index[buckets] = uint32(n)
 
 	for k := 0; k < buckets; k++ {
-		lo, hi := int(index[k]), int(index[k+1])
-		if hi-lo > 1 {
-			sortBucket(sh[lo:hi], so[lo:hi])
+		if lo, hi := index[k], index[k+1]; hi-lo > 1 {
+			sortBucket(packed[lo:hi])
 		}
 	}
-	return sortedRing{
-		hashes: sh,
-		owners: so,
-		index:  index,
-		shift:  shift,
-		walk:   newWalkInfo(so, numEndpoints),
+	// The padding lets find read a full window at the end of the ring, and
+	// repeating the ring's first entries there makes position n mean entry 0.
+	for j := 0; j < findWindow; j++ {
+		packed[n+j] = packed[j%n]
 	}
+	r := sortedRing{
+		packed: packed,
+		n:      n,
+		index:  index,
+		b:      uint(b),
+		shift:  shift,
+		mask:   1<<b - 1,
+	}
+	r.walk = newWalkInfo(n, numEndpoints, r.owner)
+	return r
 }
 
-// sortBucket stably sorts one bucket by hash. Buckets hold about one entry,
-// so insertion sort is the fast path; a crowded bucket (only possible with
-// adversarial hashes) falls back to an O(n log n) stable sort.
-func sortBucket(hs []uint64, os []uint32) {
-	if len(hs) <= 32 {
-		for i := 1; i < len(hs); i++ {
-			h, o := hs[i], os[i]
-			j := i
-			for ; j > 0 && hs[j-1] > h; j-- {
-				hs[j], os[j] = hs[j-1], os[j-1]
-			}
-			hs[j], os[j] = h, o
-		}
+// sortBucket sorts one bucket. Buckets hold about one entry, so insertion
+// sort is the fast path.
+func sortBucket(s []uint64) {
+	if len(s) > 32 {
+		slices.Sort(s)
 		return
 	}
-	type pair struct {
-		h uint64
-		o uint32
-	}
-	ps := make([]pair, len(hs))
-	for i := range hs {
-		ps[i] = pair{hs[i], os[i]}
-	}
-	slices.SortStableFunc(ps, func(a, b pair) int { return cmp.Compare(a.h, b.h) })
-	for i, p := range ps {
-		hs[i], os[i] = p.h, p.o
+	for i := 1; i < len(s); i++ {
+		v := s[i]
+		j := i
+		for ; j > 0 && s[j-1] > v; j-- {
+			s[j] = s[j-1]
+		}
+		s[j] = v
 	}
 }
 
-// find returns the position of the first entry whose hash is >= h, wrapping
-// to 0 when h is above every entry.
+// findWindow is how many entries find examines without branching. With at
+// most one entry per bucket on average, a bucket holds more than four with
+// probability below 0.4% (Poisson), and those take the scanning path. Wider
+// windows and sparser indexes measured no faster: the extra compares or the
+// larger index cost what they save.
+const findWindow = 4
+
+// find returns the position of the first entry whose hash is >= h. When h is
+// above every entry it returns n, whose padding entry repeats entry 0, so
+// owner(find(h)) needs no wrap test; use wrap for the true position.
+//
+// The position is lo plus the number of bucket entries below h. Counting
+// them over a fixed window with borrow bits instead of a loop that exits on
+// the first hit avoids the branch mispredictions that would otherwise cost
+// more than the memory loads.
 func (r *sortedRing) find(h uint64) int {
 	k := h >> r.shift
 	lo, hi := r.index[k], r.index[k+1]
-	for j, x := range r.hashes[lo:hi] {
-		if x >= h {
+	cnt := uint64(hi - lo)
+	if cnt > findWindow {
+		return r.findLong(lo, hi, h)
+	}
+	t := h << r.b
+	w := r.packed[lo : lo+findWindow : lo+findWindow]
+	// below is 1 when entry j is below h; in is 1 when j < cnt, which masks
+	// out entries of later buckets (their top bits are not in the packed
+	// word, so comparing them would be meaningless).
+	var c uint64
+	for j, x := range w {
+		_, below := bits.Sub64(x, t, 0)
+		_, in := bits.Sub64(uint64(j), cnt, 0)
+		c += below & in
+	}
+	return int(uint64(lo) + c)
+}
+
+// findLong scans a crowded bucket.
+func (r *sortedRing) findLong(lo, hi uint32, h uint64) int {
+	t := h << r.b
+	for j, x := range r.packed[lo:hi] {
+		if x >= t {
 			return int(lo) + j
 		}
-	}
-	// Every entry of bucket k is below h, so the answer is the first entry
-	// of a later bucket: position hi, or entry 0 if hi is past the end.
-	if int(hi) == len(r.hashes) {
-		return 0
 	}
 	return int(hi)
 }
 
-func (r *sortedRing) pick(h uint64) int { return int(r.owners[r.find(h)]) }
+// wrap turns a find result into a ring position.
+func (r *sortedRing) wrap(i int) int {
+	if i == r.n {
+		return 0
+	}
+	return i
+}
+
+func (r *sortedRing) owner(i int) int { return int(r.packed[i] & r.mask) }
+
+// hash reconstructs the full hash of the entry at position i of bucket k.
+func (r *sortedRing) hash(k uint64, i int) uint64 {
+	return k<<r.shift | r.packed[i]>>r.b
+}
+
+func (r *sortedRing) pick(h uint64) int { return r.owner(r.find(h)) }
 
 // pickAttempt is Envoy's retry rule (ring_hash_lb.cc chooseHost): attempt k
 // takes the entry k positions after the first choice, modulo the ring size.
 func (r *sortedRing) pickAttempt(h uint64, attempt int) int {
-	i := r.find(h)
+	i := r.wrap(r.find(h))
 	if attempt > 0 {
-		n := uint64(len(r.owners))
+		n := uint64(r.n)
 		i = int((uint64(i) + uint64(attempt)%n) % n)
 	}
-	return int(r.owners[i])
+	return r.owner(i)
 }
 
 func (r *sortedRing) entries(fn func(hash uint64, endpoint int)) {
-	for i, h := range r.hashes {
-		fn(h, int(r.owners[i]))
+	for k := uint64(0); k+1 < uint64(len(r.index)); k++ {
+		for i := int(r.index[k]); i < int(r.index[k+1]); i++ {
+			fn(r.hash(k, i), r.owner(i))
+		}
 	}
+}
+
+func (r *sortedRing) walkFrom(h uint64, fn func(endpoint int) bool) {
+	r.walk.walk(r.wrap(r.find(h)), r.owner, fn)
 }
 
 // walkInfo lets Walk report distinct endpoints without any scratch memory,
@@ -160,15 +213,15 @@ type walkInfo struct {
 	distinct int // endpoints owning at least one position
 }
 
-func newWalkInfo(owners []uint32, numEndpoints int) walkInfo {
-	n := len(owners)
+func newWalkInfo(n, numEndpoints int, owner func(i int) int) walkInfo {
 	first := make([]int32, numEndpoints)
 	last := make([]int32, numEndpoints)
 	for i := range first {
 		first[i], last[i] = -1, -1
 	}
 	prev := make([]uint32, n)
-	for i, o := range owners {
+	for i := 0; i < n; i++ {
+		o := owner(i)
 		if last[o] >= 0 {
 			prev[i] = uint32(i - int(last[o]))
 		} else {
@@ -187,14 +240,13 @@ func newWalkInfo(owners []uint32, numEndpoints int) walkInfo {
 }
 
 // walk visits distinct owners in position order starting at start.
-func (w *walkInfo) walk(owners []uint32, start int, fn func(endpoint int) bool) {
-	n := len(owners)
-	prev := w.prev[:n]
+func (w *walkInfo) walk(start int, owner func(i int) int, fn func(endpoint int) bool) {
+	n := len(w.prev)
 	left := w.distinct
 	i := start
 	for p := 0; p < n; p++ {
-		if int(prev[i]) > p {
-			if !fn(int(owners[i])) {
+		if int(w.prev[i]) > p {
+			if !fn(owner(i)) {
 				return
 			}
 			left--

@@ -1,6 +1,7 @@
 package ringhash
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -54,7 +55,7 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 			for i := range owners {
 				owners[i] = uint32(i % endpoints)
 			}
-			// Reference: a stable sort by hash, ties in build order.
+			// Reference: sorted by hash, ties by owner.
 			type pair struct {
 				h uint64
 				o uint32
@@ -63,14 +64,11 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 			for i := range hashes {
 				ref[i] = pair{hashes[i], owners[i]}
 			}
-			slices.SortStableFunc(ref, func(a, b pair) int {
-				switch {
-				case a.h < b.h:
-					return -1
-				case a.h > b.h:
-					return 1
+			slices.SortFunc(ref, func(a, b pair) int {
+				if c := cmp.Compare(a.h, b.h); c != 0 {
+					return c
 				}
-				return 0
+				return cmp.Compare(a.o, b.o)
 			})
 			refHashes := make([]uint64, len(ref))
 			for i, p := range ref {
@@ -78,10 +76,15 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 			}
 
 			r := newSortedRing(slices.Clone(hashes), slices.Clone(owners), endpoints)
-			for i, p := range ref {
-				if r.hashes[i] != p.h || r.owners[i] != p.o {
-					t.Fatalf("entry %d = (%d, %d), want (%d, %d)", i, r.hashes[i], r.owners[i], p.h, p.o)
+			i := 0
+			r.entries(func(h uint64, o int) {
+				if h != ref[i].h || o != int(ref[i].o) {
+					t.Fatalf("entry %d = (%d, %d), want (%d, %d)", i, h, o, ref[i].h, ref[i].o)
 				}
+				i++
+			})
+			if i != len(ref) {
+				t.Fatalf("%d entries, want %d", i, len(ref))
 			}
 			probe := []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 1}
 			for _, h := range hashes {
@@ -91,7 +94,7 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 				probe = append(probe, rng.Uint64())
 			}
 			for _, h := range probe {
-				if got, want := r.find(h), refFind(refHashes, h); got != want {
+				if got, want := r.wrap(r.find(h)), refFind(refHashes, h); got != want {
 					t.Fatalf("find(%d) = %d, want %d", h, got, want)
 				}
 			}
@@ -100,14 +103,14 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 }
 
 // walkRef is Walk written the obvious way, with a seen set.
-func walkRef(owners []uint32, start int) []int {
-	seen := map[uint32]bool{}
+func walkRef(owners []int, start int) []int {
+	seen := map[int]bool{}
 	var out []int
 	for p := 0; p < len(owners); p++ {
 		o := owners[(start+p)%len(owners)]
 		if !seen[o] {
 			seen[o] = true
-			out = append(out, int(o))
+			out = append(out, o)
 		}
 	}
 	return out
@@ -141,16 +144,17 @@ func testRings(t testing.TB) []Ring {
 	return []Ring{rh, small, mg, sk}
 }
 
-func ownersOf(r Ring) ([]uint32, func(h uint64) int) {
-	switch r := r.(type) {
-	case *RingHash:
-		return r.owners, r.find
-	case *Skipper:
-		return r.owners, r.find
-	case *Maglev:
-		return r.table, func(h uint64) int { return int(h % r.size) }
+// ownersOf lists the owner of each ring position and the textbook start
+// position of a hash.
+func ownersOf(r Ring) ([]int, func(h uint64) int) {
+	var owners []int
+	r.(Drawable).Entries(func(_ uint64, ep int) { owners = append(owners, ep) })
+	if m, ok := r.(*Maglev); ok {
+		return owners, func(h uint64) int { return int(h % m.size) }
 	}
-	panic("unknown ring")
+	var hashes []uint64
+	r.(Drawable).Entries(func(h uint64, _ int) { hashes = append(hashes, h) })
+	return owners, func(h uint64) int { return refFind(hashes, h) }
 }
 
 func TestWalkVisitsDistinctEndpointsInRingOrder(t *testing.T) {

@@ -109,7 +109,7 @@ func NewMaglev(eps []Endpoint, tableSize uint64) (*Maglev, error) {
 		table:        table,
 		size:         tableSize,
 		reciprocal:   math.MaxUint64 / tableSize,
-		walk:         newWalkInfo(table, len(eps)),
+		walk:         newWalkInfo(len(table), len(eps), func(i int) int { return int(table[i]) }),
 		numEndpoints: len(eps),
 	}, nil
 }
@@ -126,6 +126,8 @@ func (m *Maglev) slot(h uint64) uint64 {
 	return r
 }
 
+func (m *Maglev) owner(i int) int { return int(m.table[i]) }
+
 // Pick returns the endpoint in slot h % size.
 func (m *Maglev) Pick(h uint64) int { return int(m.table[m.slot(h)]) }
 
@@ -140,7 +142,7 @@ func (m *Maglev) PickAttempt(h uint64, attempt int) int {
 
 // Walk visits distinct endpoints in slot order from slot h % size.
 func (m *Maglev) Walk(h uint64, fn func(endpoint int) bool) {
-	m.walk.walk(m.table, int(m.slot(h)), fn)
+	m.walk.walk(int(m.slot(h)), m.owner, fn)
 }
 
 // NumEndpoints is the number of endpoints the table was built from.

@@ -81,10 +81,10 @@ func (e *EndpointError) Error() string {
 
 func (e *EndpointError) Unwrap() error { return e.Err }
 
-// maxEndpoints bounds the endpoint count so owners fit the uint32 arrays the
-// rings store. Envoy's own limit (weights summing to at most 2^32-1) is far
-// higher than any real cluster; this one is only about representation.
-const maxEndpoints = math.MaxInt32
+// maxEndpoints bounds the endpoint count so an owner fits beside the hash
+// bits in a sorted ring entry (see sortedRing). 8,388,608 is also Envoy's
+// largest ring, and far above any real cluster.
+const maxEndpoints = 1 << maxIndexBits
 
 // validate checks what every dialect requires: at least one endpoint,
 // non-empty unique keys and, when weighted, positive weights whose sum fits

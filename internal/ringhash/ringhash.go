@@ -131,14 +131,14 @@ func (r *RingHash) PickAttempt(h uint64, attempt int) int { return r.pickAttempt
 // endpoint that received no entry (possible when the ring is smaller than
 // the endpoint count) is never visited.
 func (r *RingHash) Walk(h uint64, fn func(endpoint int) bool) {
-	r.walk.walk(r.owners, r.find(h), fn)
+	r.walkFrom(h, fn)
 }
 
 // NumEndpoints is the number of endpoints the ring was built from.
 func (r *RingHash) NumEndpoints() int { return r.numEndpoints }
 
 // Size is the number of ring entries.
-func (r *RingHash) Size() int { return len(r.hashes) }
+func (r *RingHash) Size() int { return r.n }
 
 // Policy returns "ring_hash".
 func (r *RingHash) Policy() string { return PolicyRingHash }

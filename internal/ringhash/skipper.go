@@ -66,7 +66,7 @@ func (s *Skipper) PickAttempt(h uint64, attempt int) int { return s.pickAttempt(
 // is excluded. excluded is called at most once per endpoint.
 func (s *Skipper) PickExcluding(h uint64, excluded func(endpoint int) bool) int {
 	found := -1
-	s.walk.walk(s.owners, s.find(h), func(ep int) bool {
+	s.walkFrom(h, func(ep int) bool {
 		if excluded(ep) {
 			return true
 		}
@@ -79,14 +79,14 @@ func (s *Skipper) PickExcluding(h uint64, excluded func(endpoint int) bool) int 
 // Walk visits distinct endpoints in ring order from the owner of h, which is
 // the order Skipper's bounded-load walk considers them in.
 func (s *Skipper) Walk(h uint64, fn func(endpoint int) bool) {
-	s.walk.walk(s.owners, s.find(h), fn)
+	s.walkFrom(h, fn)
 }
 
 // NumEndpoints is the number of endpoints the ring was built from.
 func (s *Skipper) NumEndpoints() int { return s.numEndpoints }
 
 // Size is the number of ring entries, 100 per endpoint.
-func (s *Skipper) Size() int { return len(s.hashes) }
+func (s *Skipper) Size() int { return s.n }
 
 // Policy returns "skipper".
 func (s *Skipper) Policy() string { return PolicySkipper }

@@ -27,7 +27,7 @@ func skipperSetA() []Endpoint {
 }
 
 // position returns the ring position a key's hash lands on.
-func position(s *Skipper, key string) int { return s.find(HashKey(key)) }
+func position(s *Skipper, key string) int { return s.wrap(s.find(HashKey(key))) }
 
 // Skipper set A: the first entries, the last entry and the key table of
 // vectors.md, checked against the ring content and the picks.
