@@ -54,27 +54,20 @@ func NewMaglev(eps []Endpoint, tableSize uint64) (*Maglev, error) {
 		return nil, fmt.Errorf("%w: %d is not prime", ErrTableSize, tableSize)
 	}
 
-	type buildEntry struct {
-		endpoint     uint32
-		offset, skip uint64
-		next         uint64
-		weight       float64
-		target       float64
-	}
-	entries := make([]buildEntry, len(eps))
+	entries := make([]maglevEntry, len(eps))
 	total := float64(sum)
 	maxW := 0.0
 	for i, ep := range eps {
 		w := float64(ep.Weight) / total
 		maxW = max(maxW, w)
-		entries[i] = buildEntry{
+		entries[i] = maglevEntry{
 			endpoint: uint32(i),
-			offset:   xxhash.Sum64String(ep.Key) % tableSize,
+			pos:      xxhash.Sum64String(ep.Key) % tableSize,
 			skip:     xxh64Seed(ep.Key, 1)%(tableSize-1) + 1,
 			weight:   w,
 		}
 	}
-	slices.SortFunc(entries, func(a, b buildEntry) int {
+	slices.SortFunc(entries, func(a, b maglevEntry) int {
 		return cmp.Compare(eps[a.endpoint].Key, eps[b.endpoint].Key)
 	})
 
@@ -95,13 +88,11 @@ func NewMaglev(eps []Endpoint, tableSize uint64) (*Maglev, error) {
 				continue
 			}
 			e.target += maxW
-			c := (e.offset + e.skip*e.next) % tableSize
-			for table[c] != free {
-				e.next++
-				c = (e.offset + e.skip*e.next) % tableSize
+			for table[e.pos] != free {
+				e.advance(tableSize)
 			}
-			table[c] = e.endpoint
-			e.next++
+			table[e.pos] = e.endpoint
+			e.advance(tableSize)
 			filled++
 		}
 	}
@@ -112,6 +103,24 @@ func NewMaglev(eps []Endpoint, tableSize uint64) (*Maglev, error) {
 		walk:         newWalkInfo(len(table), len(eps), func(i int) int { return int(table[i]) }),
 		numEndpoints: len(eps),
 	}, nil
+}
+
+// maglevEntry is one endpoint's state while a table is filled. pos walks
+// its permutation (offset + skip*next) % N incrementally: adding skip < N to
+// pos < N needs at most one subtraction, where the closed form needs a
+// divide per probe.
+type maglevEntry struct {
+	endpoint  uint32
+	pos, skip uint64
+	weight    float64
+	target    float64
+}
+
+func (e *maglevEntry) advance(n uint64) {
+	e.pos += e.skip
+	if e.pos >= n {
+		e.pos -= n
+	}
 }
 
 // slot is h % size computed with a multiply: q = high64(h * floor((2^64-1)/size))
