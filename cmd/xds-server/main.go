@@ -197,10 +197,11 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}()
 
 	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
-	fmt.Fprintf(out, "  xDS (ADS, SotW and delta, %s): %s\n", tlsMode, lis.xds.Addr())
-	fmt.Fprintf(out, "  debug page:      http://%s/\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  where a key goes: http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  metrics:         http://%s/metrics\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  xDS (ADS, SotW + delta): %s (%s)\n", lis.xds.Addr(), tlsMode)
+	fmt.Fprintf(out, "  debug page:              http://%s/\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  connected clients:       http://%s/debug/clients\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", lis.debug.Addr())
 	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
 		zap.String("source", cfg.source), zap.String("tls", tlsMode))
 
