@@ -177,7 +177,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}
 
 	dbg := debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})
-	httpServer := &http.Server{Handler: dbg, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	httpServer := &http.Server{Handler: dbg, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
 
 	errc := make(chan error, 3)
 	go func() { errc <- wrapErr("xDS server", grpcServer.Serve(lis.xds)) }()
