@@ -321,8 +321,15 @@ func (s *FileSource) reload(at time.Time) (model.State, bool, error) {
 	if err != nil {
 		s.reloads.WithLabelValues("error").Inc()
 		s.setProblems(err, at)
-		s.log.Error("endpoints file rejected; keeping the last good state",
-			zap.Bool("have_good_state", s.good != nil), zap.Error(err))
+		// One entry per problem, with its location as fields, so that log
+		// queries can select by line or field.
+		for _, fe := range FileErrors(err) {
+			s.log.Error("endpoints file rejected; keeping the last good state",
+				zap.Int("line", fe.Line), zap.Int("column", fe.Column),
+				zap.String("field", fe.Field), zap.String("cluster", fe.Cluster),
+				zap.String("problem", fe.Err.Error()),
+				zap.Bool("have_good_state", s.good != nil))
+		}
 		return model.State{}, false, err
 	}
 	s.reloads.WithLabelValues("ok").Inc()
