@@ -232,6 +232,13 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			if !ok {
 				return errors.New("file source: watcher closed unexpectedly")
 			}
+			if ev.Name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// The kernel drops the watch with the directory; nothing
+				// short of a restart brings it back, so say so loudly.
+				s.log.Error("the endpoints file's directory was removed; the file is no longer watched and the last state stays in service",
+					zap.String("directory", dir))
+				continue
+			}
 			if !s.relevant(ev) {
 				continue
 			}

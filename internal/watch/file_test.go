@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ringxds/ringxds/examples"
 	"github.com/ringxds/ringxds/internal/model"
@@ -492,5 +494,38 @@ func TestFileOptionsAreChecked(t *testing.T) {
 		if _, err := watch.NewFileSource("x.yaml", watch.FileOptions{Registerer: reg}); err != nil {
 			t.Fatalf("second source on one registry: %v", err)
 		}
+	}
+}
+
+func TestFileRemovedDirectoryIsLogged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "endpoints.yaml")
+	fileWrite(t, path, fileYAML(80))
+	core, logs := observer.New(zap.ErrorLevel)
+	src, err := watch.NewFileSource(path, watch.FileOptions{Logger: zap.New(core), Debounce: fileTestDebounce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	published := make(chan model.State, 10)
+	go func() { _ = src.Run(ctx, func(s model.State) { published <- s }) }()
+	select {
+	case <-published:
+	case <-time.After(fileWait):
+		t.Fatal("nothing published")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(fileWait)
+	for logs.FilterMessageSnippet("directory was removed").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log said the directory was removed; logs: %v", logs.All())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
