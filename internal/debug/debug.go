@@ -84,7 +84,7 @@ func New(opts Options) *Handler {
 	h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	h.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	h.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	h.mux.HandleFunc("GET /{$}", h.index)
+	newPage(h).register(h.mux)
 	return h
 }
 
@@ -323,15 +323,4 @@ func (h *Handler) problems(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Problems []watch.Problem `json:"problems"`
 	}{p})
-}
-
-func (h *Handler) index(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte(`<!doctype html><title>ringxds</title><h1>ringxds</h1><ul>
-<li><a href="/debug/snapshot">/debug/snapshot</a> published resources per client kind</li>
-<li><a href="/debug/pick?cluster=products&amp;key=product-1">/debug/pick?cluster=C&amp;key=K</a> where a key goes</li>
-<li><a href="/debug/clients">/debug/clients</a> connected clients, ACK/NACK state</li>
-<li><a href="/debug/problems">/debug/problems</a> rejected input</li>
-<li><a href="/metrics">/metrics</a> Prometheus metrics</li>
-<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li></ul>`))
 }
