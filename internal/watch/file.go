@@ -173,7 +173,7 @@ func fileRegister[C prometheus.Collector](r prometheus.Registerer, c C) (C, erro
 // problem with its file, line and field (see FileErrors). A successful Load
 // becomes the state Run publishes first.
 func (s *FileSource) Load() (model.State, error) {
-	st, _, err := s.reload(time.Now())
+	st, err := s.reload(time.Now())
 	return st, err
 }
 
@@ -184,7 +184,7 @@ func (s *FileSource) Load() (model.State, error) {
 // watched, or if in-memory content is invalid (waiting cannot fix it).
 func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	if s.path == "" {
-		st, _, err := s.reload(time.Now())
+		st, err := s.reload(time.Now())
 		if err != nil {
 			// Fixed content cannot be fixed by waiting.
 			return fmt.Errorf("file source: %w", err)
@@ -210,7 +210,7 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	// The watch is in place before this read, so no change after it is
 	// missed; a change between Load and now is picked up here.
 	var last *model.State
-	if st, _, err := s.reload(time.Now()); err == nil {
+	if st, err := s.reload(time.Now()); err == nil {
 		last = &st
 	} else if good, ok := s.goodState(); ok {
 		// The file went bad after a successful Load: serve what Load saw.
@@ -263,7 +263,7 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			timer.Reset(s.debounce)
 		case <-timer.C:
 			pending = false
-			st, _, err := s.reload(first)
+			st, err := s.reload(first)
 			if err != nil {
 				continue
 			}
@@ -306,9 +306,9 @@ func (s *FileSource) Problems() []Problem {
 
 // reload reads and parses the content. On success it assigns FirstSeen
 // against the previous good state, makes the result the good state, and
-// clears the problems; changed reports whether it differs from the previous
-// good state. On failure the good state is kept and the problems recorded.
-func (s *FileSource) reload(at time.Time) (model.State, bool, error) {
+// clears the problems. On failure the good state is kept and the problems
+// recorded.
+func (s *FileSource) reload(at time.Time) (model.State, error) {
 	data := s.data
 	var err error
 	if s.path != "" {
@@ -337,7 +337,7 @@ func (s *FileSource) reload(at time.Time) (model.State, bool, error) {
 				zap.String("problem", fe.Err.Error()),
 				zap.Bool("have_good_state", s.good != nil))
 		}
-		return model.State{}, false, err
+		return model.State{}, err
 	}
 	s.reloads.WithLabelValues("ok").Inc()
 	s.setProblems(nil, at)
@@ -351,7 +351,7 @@ func (s *FileSource) reload(at time.Time) (model.State, bool, error) {
 	good := fileCloneState(st)
 	s.good = &good
 	s.log.Info("endpoints file loaded", zap.Int("clusters", len(st.Clusters)), zap.Bool("changed", changed))
-	return st, changed, nil
+	return st, nil
 }
 
 // setProblems replaces the current problems with those in err, keeping the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,8 +130,6 @@ type fileClusterLocs struct {
 	nodes map[string]*yaml.Node
 }
 
-var fileYAMLLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // fileYAMLParserProblem reports the messages of yaml/v3's parser (parserc.go),
 // as opposed to its scanner, whose line numbers need no correction.
 func fileYAMLParserProblem(msg string) bool {
@@ -174,14 +171,18 @@ func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ..
 
 func (p *fileParser) syntaxError(err error) {
 	fe := &FileError{Path: p.path, Err: fmt.Errorf("invalid YAML: %w", err)}
-	if m := fileYAMLLineRE.FindStringSubmatch(err.Error()); m != nil {
-		fe.Line, _ = strconv.Atoi(m[1])
+	// yaml/v3 reports syntax errors only as text: "yaml: line N: problem".
+	rest, ok := strings.CutPrefix(err.Error(), "yaml: line ")
+	num, problem, ok2 := strings.Cut(rest, ": ")
+	line, convErr := strconv.Atoi(num)
+	if ok && ok2 && convErr == nil {
+		fe.Line = line
 		// yaml/v3 numbers parser errors (unlike scanner errors) from zero;
 		// see parser.fail in its decode.go.
-		if fileYAMLParserProblem(m[2]) {
+		if fileYAMLParserProblem(problem) {
 			fe.Line++
 		}
-		fe.Err = fmt.Errorf("invalid YAML: %s", m[2])
+		fe.Err = fmt.Errorf("invalid YAML: %s", problem)
 	}
 	p.errs = append(p.errs, fe)
 }
@@ -236,11 +237,17 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 	return state, locs
 }
 
-var (
-	fileClusterFields  = []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "endpoints"}
-	fileFadeInFields   = []string{"duration", "exponent"}
-	fileEndpointFields = []string{"address", "port", "weight", "scheme", "zone", "hash_key"}
-)
+// The fields each mapping accepts, in documentation order (the order the
+// unknown-field error lists them in).
+func fileClusterFields() []string {
+	return []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "endpoints"}
+}
+
+func fileFadeInFields() []string { return []string{"duration", "exponent"} }
+
+func fileEndpointFields() []string {
+	return []string{"address", "port", "weight", "scheme", "zone", "hash_key"}
+}
 
 func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLocs) {
 	prefix := fmt.Sprintf("clusters[%d]", i)
@@ -260,7 +267,7 @@ func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLoc
 			}
 		}
 	}
-	p.mapping(n, prefix, name, fileClusterFields, func(key string, k, v *yaml.Node) {
+	p.mapping(n, prefix, name, fileClusterFields(), func(key string, k, v *yaml.Node) {
 		field := prefix + "." + key
 		locs.nodes[key] = v
 		switch key {
@@ -307,7 +314,7 @@ func (p *fileParser) fadeIn(n *yaml.Node, field, cluster string, locs *fileClust
 		return nil
 	}
 	f := &model.FadeIn{}
-	p.mapping(n, field, cluster, fileFadeInFields, func(key string, k, v *yaml.Node) {
+	p.mapping(n, field, cluster, fileFadeInFields(), func(key string, k, v *yaml.Node) {
 		locs.nodes["fade_in."+key] = v
 		switch key {
 		case "duration":
@@ -325,7 +332,7 @@ func (p *fileParser) endpoint(n *yaml.Node, field, rel, cluster string, locs *fi
 		p.errorf(n, field, cluster, "want an endpoint mapping such as {address: 10.0.0.1, port: 8080}, got %s", fileDescribe(n))
 		return ep
 	}
-	p.mapping(n, field, cluster, fileEndpointFields, func(key string, k, v *yaml.Node) {
+	p.mapping(n, field, cluster, fileEndpointFields(), func(key string, k, v *yaml.Node) {
 		locs.nodes[rel+"."+key] = v
 		f := field + "." + key
 		switch key {
