@@ -1,0 +1,370 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ringxds/ringxds/clientlib/internal/ads"
+	"github.com/ringxds/ringxds/internal/snapshot"
+)
+
+// How the client identifies itself, so the server sends it clientlib
+// resources (internal/server ClassifyNode reads both).
+const (
+	// UserAgent is the xDS node's user_agent_name.
+	UserAgent = "ringxds-clientlib"
+	// clientKindKey is the node metadata field naming the client kind.
+	clientKindKey = "ringxds.io/client"
+)
+
+// Client holds one ADS stream to a ringxds server and the balancers of the
+// clusters asked for through it.
+type Client struct {
+	log    *zap.Logger
+	conn   *grpc.ClientConn
+	ads    *ads.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed atomic.Bool
+
+	// xDS counters, exported by the collector.
+	connected          atomic.Bool
+	acks, nacks        [2]atomic.Uint64 // by typeIndex
+	reconnects         atomic.Uint64
+	metricsUnregister  func()
+	ctx                context.Context // ends at Close; balancer tickers run under it
+	mu                 sync.Mutex
+	balancers          map[string]*Balancer
+	balancerOpts       map[string][]BalancerOption
+	clusters           map[string]*clusterv3.Cluster                // accepted, by name
+	endpoints          map[string]*endpointv3.ClusterLoadAssignment // accepted, by EDS service name
+	clusterVersion     string
+	endpointVersion    string
+	lastErr            error
+	subscribedClusters []string
+}
+
+const (
+	typeCDS = iota
+	typeEDS
+)
+
+// Dial connects to the ringxds (or any xDS) server at target, "host:port",
+// and returns at once: the stream is set up in the background and retried
+// with backoff for as long as the client lives. Transport security must be
+// chosen with WithTLS or WithInsecure.
+func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := options{backoffBase: 100 * time.Millisecond, backoffMax: 30 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var creds credentials.TransportCredentials
+	switch {
+	case o.tls != nil:
+		creds = credentials.NewTLS(o.tls)
+	case o.insecure:
+		creds = insecure.NewCredentials()
+	default:
+		return nil, ErrNoTransportSecurity
+	}
+	if o.logger == nil {
+		o.logger = zap.NewNop()
+	}
+	if o.nodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "unknown"
+		}
+		o.nodeID = host
+	}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// grpc-go's own reconnect backoff tops out at 120 s; keep the
+		// channel as eager as the stream loop above it.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: o.backoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: o.backoffMax},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithUserAgent(UserAgent),
+	}, o.dialOpts...)
+	conn, err := grpc.NewClient(target, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("clientlib: dial %s: %w", target, err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		log:          o.logger,
+		conn:         conn,
+		cancel:       cancel,
+		done:         make(chan struct{}),
+		ctx:          runCtx,
+		balancers:    make(map[string]*Balancer),
+		balancerOpts: make(map[string][]BalancerOption),
+		clusters:     make(map[string]*clusterv3.Cluster),
+		endpoints:    make(map[string]*endpointv3.ClusterLoadAssignment),
+	}
+	node := &corev3.Node{
+		Id:            o.nodeID,
+		UserAgentName: UserAgent,
+		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			clientKindKey: structpb.NewStringValue(string(snapshot.KindClientlib)),
+		}},
+	}
+	c.ads = ads.New(ads.Config{
+		Conn:        conn,
+		Node:        node,
+		Handler:     (*handler)(c),
+		Logger:      o.logger.Named("ads"),
+		BackoffBase: o.backoffBase,
+		BackoffMax:  o.backoffMax,
+		Types:       []string{resourcev3.ClusterType, resourcev3.EndpointType},
+	})
+	if o.registerer != nil {
+		col := &collector{c: c}
+		if err := o.registerer.Register(col); err != nil {
+			cancel()
+			_ = conn.Close()
+			return nil, fmt.Errorf("clientlib: register metrics: %w", err)
+		}
+		c.metricsUnregister = func() { o.registerer.Unregister(col) }
+	}
+	go func() {
+		defer close(c.done)
+		c.ads.Run(runCtx)
+	}()
+	return c, nil
+}
+
+// Close ends the stream and every balancer's background work. Balancers
+// keep answering Pick from their last ring; Do keeps working too, without
+// load updates.
+func (c *Client) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.cancel()
+	<-c.done
+	if c.metricsUnregister != nil {
+		c.metricsUnregister()
+	}
+	return c.conn.Close()
+}
+
+// Balancer returns the balancer of cluster, subscribing to it on first use,
+// and waits, bounded by ctx, until the cluster's first CDS and EDS
+// resources have arrived. Options apply only on first use.
+func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerOption) (*Balancer, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	b := c.balancers[cluster]
+	if b == nil {
+		bo := defaultBalancerOptions()
+		for _, opt := range opts {
+			opt(&bo)
+		}
+		b = newBalancer(cluster, bo, c.log.With(zap.String("cluster", cluster)))
+		c.balancers[cluster] = b
+		go b.runTicker(c.ctx)
+		c.subscribedClusters = append(c.subscribedClusters, cluster)
+		names := slices.Clone(c.subscribedClusters)
+		c.mu.Unlock()
+		c.ads.Subscribe(resourcev3.ClusterType, names)
+	} else {
+		c.mu.Unlock()
+	}
+	if err := b.wait(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Connected reports whether the stream to the management server is up and
+// has delivered a response. Balancers keep picking while it is down.
+func (c *Client) Connected() bool { return c.connected.Load() }
+
+// handler is the Client as the ADS stream's Handler.
+type handler Client
+
+func (h *handler) Connected(up bool, err error) {
+	c := (*Client)(h)
+	was := c.connected.Swap(up)
+	if was && !up {
+		c.reconnects.Add(1)
+		c.log.Warn("lost the management server; picking from the last good rings", zap.Error(err))
+	}
+}
+
+func (h *handler) Resources(typeURL, version string, resources []*anypb.Any) error {
+	c := (*Client)(h)
+	var err error
+	var ti int
+	switch typeURL {
+	case resourcev3.ClusterType:
+		ti = typeCDS
+		err = c.onClusters(version, resources)
+	case resourcev3.EndpointType:
+		ti = typeEDS
+		err = c.onEndpoints(version, resources)
+	default:
+		return nil
+	}
+	if err != nil {
+		c.nacks[ti].Add(1)
+	} else {
+		c.acks[ti].Add(1)
+	}
+	return err
+}
+
+// edsName is the EDS resource a cluster reads its endpoints from.
+func edsName(cds *clusterv3.Cluster) string {
+	if n := cds.GetEdsClusterConfig().GetServiceName(); n != "" {
+		return n
+	}
+	return cds.GetName()
+}
+
+// probeAssignment stands in for a cluster's endpoints before they arrive,
+// so a CDS resource is validated (its policy decoded) on its own.
+func probeAssignment(name string) *endpointv3.ClusterLoadAssignment {
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: name,
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 1},
+				}}},
+			}},
+		}}}},
+	}
+}
+
+// onClusters applies a CDS response. A resource clientlib cannot build a
+// ring from is rejected and its cluster keeps its last good state; the
+// others apply. A subscribed cluster missing from the response also keeps
+// its state: dropping a ring because of a control-plane mistake would stop
+// traffic, and static stability is the point of running in-process.
+func (c *Client) onClusters(version string, resources []*anypb.Any) error {
+	var rejected []string
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range resources {
+		cds := &clusterv3.Cluster{}
+		if err := a.UnmarshalTo(cds); err != nil {
+			rejected = append(rejected, fmt.Sprintf("undecodable Cluster: %v", err))
+			continue
+		}
+		b := c.balancers[cds.GetName()]
+		if b == nil {
+			continue // not asked for
+		}
+		eds := edsName(cds)
+		cla := c.endpoints[eds]
+		probe := cla
+		if probe == nil {
+			probe = probeAssignment(eds)
+		}
+		d, err := snapshot.Decode(cds, probe, snapshot.KindClientlib)
+		if err != nil {
+			rejected = append(rejected, fmt.Sprintf("cluster %q: %v", cds.GetName(), err))
+			continue
+		}
+		c.clusters[cds.GetName()] = cds
+		if cla != nil {
+			if err := c.publishLocked(b, cds, cla, d); err != nil {
+				rejected = append(rejected, err.Error())
+			}
+		}
+	}
+	c.clusterVersion = version
+	names := make([]string, 0, len(c.clusters))
+	for _, cds := range c.clusters {
+		names = append(names, edsName(cds))
+	}
+	go c.ads.Subscribe(resourcev3.EndpointType, names)
+	return c.rejectLocked(typeCDS, rejected)
+}
+
+// onEndpoints applies an EDS response, rejecting assignments that do not
+// decode into a ring with their cluster's policy.
+func (c *Client) onEndpoints(version string, resources []*anypb.Any) error {
+	var rejected []string
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range resources {
+		cla := &endpointv3.ClusterLoadAssignment{}
+		if err := a.UnmarshalTo(cla); err != nil {
+			rejected = append(rejected, fmt.Sprintf("undecodable ClusterLoadAssignment: %v", err))
+			continue
+		}
+		ok := true
+		for name, cds := range c.clusters {
+			if edsName(cds) != cla.GetClusterName() {
+				continue
+			}
+			d, err := snapshot.Decode(cds, cla, snapshot.KindClientlib)
+			if err == nil {
+				err = c.publishLocked(c.balancers[name], cds, cla, d)
+			}
+			if err != nil {
+				rejected = append(rejected, fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err))
+				ok = false
+			}
+		}
+		if ok {
+			c.endpoints[cla.GetClusterName()] = cla
+		}
+	}
+	c.endpointVersion = version
+	return c.rejectLocked(typeEDS, rejected)
+}
+
+func (c *Client) rejectLocked(_ int, rejected []string) error {
+	if len(rejected) == 0 {
+		return nil
+	}
+	err := errors.New(strings.Join(rejected, "; "))
+	c.lastErr = err
+	c.log.Warn("rejected xDS resources; keeping the last good state", zap.Error(err))
+	return err
+}
+
+// publishLocked installs the ring decoded from cds and cla into b.
+func (c *Client) publishLocked(b *Balancer, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded) error {
+	eps := make([]Endpoint, len(d.Endpoints))
+	for i, de := range d.Endpoints {
+		eps[i] = Endpoint{Addr: de.Addr, Scheme: de.Scheme, Zone: de.Zone, Weight: de.Weight}
+	}
+	fade, err := newFader(cds, cla, d, time.Now())
+	if err != nil {
+		return err
+	}
+	b.setState(d.Policy, eps, d.Ring, fade)
+	c.log.Debug("ring updated", zap.String("cluster", b.cluster), zap.String("policy", d.Policy), zap.Int("endpoints", len(eps)), zap.Bool("fading", fade != nil))
+	return nil
+}

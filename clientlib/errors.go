@@ -1,0 +1,55 @@
+package clientlib
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Errors returned by the client and its balancers. Match them with errors.Is.
+var (
+	// ErrClosed is returned after Client.Close.
+	ErrClosed = errors.New("clientlib: client closed")
+	// ErrNotReady is wrapped when a balancer has no ring yet: the
+	// management server has not delivered the cluster and its endpoints
+	// before the context ended.
+	ErrNotReady = errors.New("clientlib: cluster not ready")
+	// ErrNoTransportSecurity is returned by Dial when neither WithTLS nor
+	// WithInsecure was given: the choice is the caller's to make.
+	ErrNoTransportSecurity = errors.New("clientlib: no transport security configured (use WithTLS or WithInsecure)")
+)
+
+// OverloadError is returned when a balancer sheds a call: its in-flight cap
+// is reached and its wait queue is full. Map it to 503 with a Retry-After
+// header (see WriteOverload).
+type OverloadError struct {
+	Cluster string
+	// InFlight and Queued are the balancer's counts when the call was shed.
+	InFlight, Queued int
+	// RetryAfter estimates when capacity frees up: the queue's length in
+	// units of the cap, times the cluster's mean latency.
+	RetryAfter time.Duration
+}
+
+func (e *OverloadError) Error() string {
+	return fmt.Sprintf("clientlib: cluster %q overloaded: %d in flight, %d queued, retry after %v",
+		e.Cluster, e.InFlight, e.Queued, e.RetryAfter)
+}
+
+// WriteOverload writes 503 Service Unavailable with a Retry-After header
+// (whole seconds, rounded up) if err is or wraps an *OverloadError, and
+// reports whether it did. Servers fanning out through a Balancer call it
+// first in their error path.
+func WriteOverload(w http.ResponseWriter, err error) bool {
+	var oe *OverloadError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	secs := int(math.Ceil(oe.RetryAfter.Seconds()))
+	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	http.Error(w, oe.Error(), http.StatusServiceUnavailable)
+	return true
+}
