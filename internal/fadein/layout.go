@@ -1,0 +1,122 @@
+package fadein
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/ringxds/ringxds/internal/ringhash"
+)
+
+// ErrLayout is wrapped by ExactWeights and NewCountRing errors about entry
+// counts no ring_hash configuration can express.
+var ErrLayout = errors.New("fadein: no exact ring_hash layout")
+
+// EntriesPerWeight is k, the ring entries an established endpoint gets per
+// unit of its weight when a cluster fades in: the largest power of two with
+// k x weightSum <= maxRing, or 0 if even one entry per unit does not fit.
+//
+// k depends on the weight sum only through its power-of-two bucket, so adding
+// or removing endpoints leaves every other endpoint's entries untouched until
+// the sum crosses a power of two of maxRing/k; only then does k halve (or
+// double) and the ring is laid out anew. Fading endpoints count with their
+// final weight, so k does not change during a fade.
+func EntriesPerWeight(weightSum, maxRing uint64) uint64 {
+	if weightSum == 0 || weightSum > maxRing {
+		return 0
+	}
+	return 1 << (bits.Len64(maxRing/weightSum) - 1)
+}
+
+// RampEntries is the number of ring entries a fading endpoint whose final
+// count is final receives at share: floor(final x share), at least one (an
+// endpoint in EDS always holds an entry), final once share reaches 1. It is
+// non-decreasing in share, so a fading endpoint only ever gains entries.
+func RampEntries(final uint64, share float64) uint64 {
+	if final == 0 {
+		return 0
+	}
+	if share >= 1 {
+		return final
+	}
+	n := uint64(math.Floor(float64(final) * share))
+	return min(max(n, 1), final)
+}
+
+// ExactWeights returns EDS weights and a ring size R (to publish as both
+// minimum_ring_size and maximum_ring_size) under which Envoy's ring_hash and
+// grpc-go's (before and after gRFC A113) give endpoint i exactly counts[i]
+// ring entries: key_0 .. key_{counts[i]-1}. The counts must be in the order
+// both walk the endpoints: sorted by ring key, which is the order grpc-go
+// sorts into and the order ringxds publishes EDS in for Envoy. In another
+// order the prefix sums below differ and an endpoint may gain or lose an
+// entry to its neighbour.
+//
+// R is the sum of the counts and need not be a power of two. The weights sum
+// to P, the smallest power of two >= 2R, with prefix sums floor(C_j x P / R)
+// where C_j is the prefix sum of the counts. Then every float operation of
+// the ring walk is exact: w_j = W_j / P is a dyadic fraction; the scale
+// min(ceil(w_min x R) / w_min, R) is exactly R because the ceiling can only
+// round up; R x w_j is exact; and the running target after endpoint j is
+// R x floor(C_j x P / R) / P, which lies in (C_j - 1/2, C_j], so the walk
+// stops at exactly C_j entries. grpc-go's A113 fixed-point weight
+// floor(W_j x 2^31 / P) is exact because P divides 2^31, and normalizes back
+// to W_j / P. Fused multiply-add changes nothing, as no product rounds.
+func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error) {
+	var total uint64
+	for i, c := range counts {
+		if c == 0 {
+			return nil, 0, fmt.Errorf("%w: endpoint %d has no entries", ErrLayout, i)
+		}
+		total += c
+		if total > ringhash.MaxRingSizeLimit {
+			return nil, 0, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
+		}
+	}
+	if total == 0 {
+		return nil, 0, fmt.Errorf("%w: no endpoints", ErrLayout)
+	}
+	p := uint64(1) << bits.Len64(2*total-1) // smallest power of two >= 2R
+	weights = make([]uint32, len(counts))
+	var prefix, prevW uint64
+	for i, c := range counts {
+		prefix += c
+		w := prefix * p / total // < 2^48: no overflow
+		weights[i] = uint32(w - prevW)
+		prevW = w
+	}
+	return weights, total, nil
+}
+
+// NewCountRing builds the ring_hash ring in which endpoint i holds exactly
+// eps[i].Weight entries (its weight read as an entry count), as Envoy and
+// grpc-go build it from the weights ExactWeights gives in key order. Each
+// endpoint's entries are its first Weight hashes, so the input order does
+// not matter; picks index eps as given.
+func NewCountRing(eps []ringhash.Endpoint, hash ringhash.HashFunction) (*ringhash.RingHash, error) {
+	order := make([]int, len(eps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(eps[a].Key, eps[b].Key) })
+	counts := make([]uint64, len(eps))
+	for i, ei := range order {
+		counts[i] = uint64(eps[ei].Weight)
+	}
+	weights, size, err := ExactWeights(counts)
+	if err != nil {
+		return nil, err
+	}
+	weighted := make([]ringhash.Endpoint, len(eps))
+	for i, ei := range order {
+		weighted[ei] = ringhash.Endpoint{Key: eps[ei].Key, Weight: weights[i]}
+	}
+	r, err := ringhash.NewRingHash(weighted, ringhash.RingHashOptions{MinRingSize: size, MaxRingSize: size, Hash: hash, SortByKey: true})
+	if err != nil {
+		return nil, fmt.Errorf("fadein: count ring: %w", err)
+	}
+	return r, nil
+}
