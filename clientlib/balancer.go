@@ -199,7 +199,7 @@ func (w *walker) takesOwner(owner int) bool {
 		return true
 	}
 	st := w.s.stats[owner]
-	return !st.frozen.Load() && st.load()+1 <= w.capacity
+	return !st.frozen.Load() && st.load() < w.capacity
 }
 
 func (w *walker) visit(i int) bool {
@@ -215,7 +215,7 @@ func (w *walker) visit(i int) bool {
 	st := w.s.stats[i]
 	l := st.load()
 	if !st.frozen.Load() {
-		if l+1 <= w.capacity {
+		if l < w.capacity {
 			w.found, w.hops = i, hop
 			return false
 		}

@@ -59,3 +59,239 @@ func TestAgreesWithDebugPick(t *testing.T) {
 		})
 	}
 }
+
+// A backend whose handler blocks must lose its traffic within 500 ms, and
+// keys it does not own must not slow down meanwhile. When it answers again
+// its keys come back.
+func TestFrozenBackendIsWalkedAround(t *testing.T) {
+	backends := startBackends(t, 5)
+	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "ring_hash", "", backends)), "")
+	c := dial(t, cp.xdsAddr)
+	b := balancer(t, c, "products", clientlib.WithoutRetry())
+	victim := backends[0]
+
+	keys := make([]string, 200)
+	owner := map[string]string{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sku-%d", i)
+		owner[keys[i]] = cp.pick("products", keys[i], "clientlib").Endpoint
+	}
+
+	type result struct {
+		start   time.Time
+		key, ep string
+		took    time.Duration
+		err     error
+	}
+	hc := transportClient(b)
+	run := func(ctx context.Context, workers int) []result {
+		out := make(chan []result, workers)
+		for w := range workers {
+			go func() {
+				var rs []result
+				for i := w; ctx.Err() == nil; i += workers {
+					key := keys[i%len(keys)]
+					rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					start := time.Now()
+					var ep string
+					err := b.Do(rctx, key, func(ctx context.Context, e clientlib.Endpoint) error {
+						ep = e.Addr
+						_, err := get(ctx, hc, key, nil)
+						return err
+					})
+					cancel()
+					rs = append(rs, result{start, key, ep, time.Since(start), err})
+				}
+				out <- rs
+			}()
+		}
+		var all []result
+		for range workers {
+			all = append(all, <-out...)
+		}
+		return all
+	}
+	_ = hc
+
+	// Calibrate: the unfrozen p99 of keys the victim does not own.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	before := run(ctx, 8)
+	cancel()
+
+	thaw := victim.freeze()
+	frozenAt := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	during := run(ctx, 8)
+	cancel()
+
+	p99 := func(rs []result, keep func(result) bool) (time.Duration, int) {
+		var ds []time.Duration
+		for _, r := range rs {
+			if keep(r) {
+				ds = append(ds, r.took)
+			}
+		}
+		if len(ds) == 0 {
+			return 0, 0
+		}
+		slicesSort(ds)
+		return ds[len(ds)*99/100], len(ds)
+	}
+	others := func(r result) bool { return owner[r.key] != victim.addr && r.ep != victim.addr }
+	p99Before, nBefore := p99(before, others)
+	p99During, nDuring := p99(during, others)
+	t.Logf("others' p99: %v before (%d calls), %v while frozen (%d calls)", p99Before, nBefore, p99During, nDuring)
+	if nDuring == 0 {
+		t.Fatal("no calls to other keys during the freeze")
+	}
+	// Unaffected: well under the frozen calls' seconds, within a loaded
+	// two-core machine's scheduling noise of the calibration.
+	if limit := max(5*p99Before, 100*time.Millisecond); p99During > limit {
+		t.Fatalf("others' p99 while frozen %v > %v (before: %v)", p99During, limit, p99Before)
+	}
+
+	var late, victimKeysLate int
+	for _, r := range during {
+		if r.start.Sub(frozenAt) < 500*time.Millisecond {
+			continue
+		}
+		if owner[r.key] == victim.addr {
+			victimKeysLate++
+		}
+		if r.ep == victim.addr {
+			late++
+			t.Errorf("call for %s started %v after the freeze went to the frozen backend", r.key, r.start.Sub(frozenAt))
+		}
+	}
+	if victimKeysLate == 0 {
+		t.Fatal("no calls for the frozen backend's keys after 500 ms: nothing was tested")
+	}
+	t.Logf("%d calls for the frozen backend's keys after 500 ms, %d went to it; freezes %d", victimKeysLate, late, b.Stats().Freezes)
+	if b.Stats().Freezes == 0 {
+		t.Fatal("freeze not counted")
+	}
+
+	// Recovery: the frozen calls complete, and the victim's keys return.
+	thaw()
+	waitFor(t, 3*time.Second, "the thawed backend to receive its keys again", func() bool {
+		for _, k := range keys {
+			if owner[k] != victim.addr {
+				continue
+			}
+			if ep, _ := b.Pick(k); ep.Addr == victim.addr {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Static stability: with the management server gone, picks and calls go
+// on from the last good ring; a new server on the same address is picked
+// up and its state replaces the old.
+func TestServerLossKeepsPickingAndResyncs(t *testing.T) {
+	backends := startBackends(t, 6)
+	file := tempFile(t, clusterYAML("products", "skipper", "", backends[:5]))
+	cp := startControlPlane(t, file, "")
+	c := dial(t, cp.xdsAddr)
+	b := balancer(t, c, "products", clientlib.WithBoundedLoad(false))
+	hc := transportClient(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	want := map[string]string{}
+	for i := range 100 {
+		key := fmt.Sprintf("k-%d", i)
+		want[key] = cp.pick("products", key, "clientlib").Endpoint
+	}
+
+	cp.stop()
+	waitFor(t, 5*time.Second, "the client to notice the server is gone", func() bool { return !c.Connected() })
+	for key, ep := range want {
+		got, err := b.Pick(key)
+		if err != nil || got.Addr != ep {
+			t.Fatalf("server down: Pick(%s) = %v, %v; want %s", key, got.Addr, err, ep)
+		}
+		if _, err := get(ctx, hc, key, nil); err != nil {
+			t.Fatalf("server down: GET %s: %v", key, err)
+		}
+	}
+
+	// A new server on the same address, now with a sixth endpoint.
+	writeFile(t, file, clusterYAML("products", "skipper", "", backends))
+	cp2 := startControlPlane(t, file, cp.xdsAddr)
+	waitFor(t, 10*time.Second, "the client to resync with the new server", func() bool {
+		return c.Connected() && len(b.Endpoints()) == 6
+	})
+	for key := range want {
+		got, _ := b.Pick(key)
+		if w := cp2.pick("products", key, "clientlib").Endpoint; got.Addr != w {
+			t.Fatalf("after resync: Pick(%s) = %s, /debug/pick says %s", key, got.Addr, w)
+		}
+	}
+}
+
+// A hot key spills over at most MaxWalk endpoints, in ring order from its
+// owner: the endpoints beyond the tenth never see it.
+func TestHotKeySpillsAtMostTenHops(t *testing.T) {
+	// Twenty endpoints: the first ten can take f x 10/20 = 62.5% of the
+	// load between them, so a hot key saturates them and the cap binds.
+	backends := startBackends(t, 20)
+	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "ring_hash", "", backends)), "")
+	c := dial(t, cp.xdsAddr)
+	b := balancer(t, c, "products", clientlib.WithoutRetry())
+	hc := transportClient(b)
+
+	const hot = "product-hot"
+	d := cp.decoded("products")
+	var order []string
+	d.Ring.Walk(ringhashKey(hot), func(i int) bool {
+		order = append(order, d.Endpoints[i].Addr)
+		return true
+	})
+	allowed := map[string]bool{}
+	for _, a := range order[:clientlib.MaxWalk] {
+		allowed[a] = true
+	}
+
+	release := make(chan struct{})
+	for _, be := range backends {
+		be.block.Store(&release)
+	}
+	const calls = 100
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := get(ctx, hc, hot, map[string][]string{"X-Block": {"1"}})
+			errs <- err
+		}()
+	}
+	waitFor(t, 10*time.Second, "every hot call to be in flight", func() bool { return b.Stats().InFlight == calls })
+	close(release)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	spilled := 0
+	for _, be := range backends {
+		n := be.keys()[hot]
+		if n > 0 && !allowed[be.addr] {
+			t.Errorf("backend %s, beyond the %d-endpoint walk, received the hot key %d times", be.addr, clientlib.MaxWalk, n)
+		}
+		if n > 0 {
+			spilled++
+		}
+	}
+	st := b.Stats()
+	t.Logf("hot key landed on %d backends; walk distances %v", spilled, st.WalkDistance)
+	if spilled < 2 {
+		t.Fatalf("the hot key never left its owner: bounded load did nothing")
+	}
+	if st.WalkDistance[clientlib.MaxWalk-1] == 0 {
+		t.Fatalf("no call walked the full %d endpoints; the cap was not exercised", clientlib.MaxWalk)
+	}
+}

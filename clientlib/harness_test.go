@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"github.com/ringxds/ringxds/clientlib"
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
 	"github.com/ringxds/ringxds/internal/watch"
@@ -306,3 +308,7 @@ func transportClient(b *clientlib.Balancer) *http.Client {
 
 // ensure grpc is linked for the restart test's listener reuse.
 var _ = grpc.NewServer
+
+func slicesSort(ds []time.Duration) { slices.Sort(ds) }
+
+func ringhashKey(key string) uint64 { return ringhash.HashKey(key) }

@@ -100,9 +100,12 @@ type loadTracker struct {
 // capacity is the bounded-load bound for n endpoints: f x (L + 1) / n,
 // at least 1, where L is the cluster's total load (the larger of the live
 // in-flight count and the load summed at the last tick) and the + 1 is the
-// call being placed. An endpoint is under the bound when its load plus that
-// call fits: load + 1 <= capacity. The floor of 1 lets an idle cluster keep
-// every key on its owner.
+// call being placed. An endpoint is under the bound while its load is
+// below it: load < capacity. The floor of 1 lets a lightly loaded cluster
+// keep every key on its owner as long as the owner has less than one call's
+// worth of work, however uneven the keys; this is the ceiling in Mirrokni
+// et al.'s "consistent hashing with bounded loads", where a bin's capacity
+// is ceil(f x (m + 1) / n) balls.
 func (t *loadTracker) capacity(f float64, n int) float64 {
 	l := max(float64(t.inflight.Load()), math.Float64frombits(t.sum.Load()))
 	return max(f*(l+1)/float64(n), 1)
