@@ -11,7 +11,8 @@ import (
 const (
 	ringBox    = 240.0 // ring viewBox is ringBox x ringBox
 	ringCenter = ringBox / 2
-	ringRadius = 96.0
+	ringRadius = 96.0 // middle of the band
+	ringWidth  = 30.0
 	stripWidth = 600.0
 	stripTall  = 40.0
 )
@@ -223,37 +224,61 @@ func binSegments(segs []segment, bins int) []segment {
 	return out
 }
 
-// ringPoint is the point at fraction f of the way round the ring, starting
-// at twelve o'clock and going clockwise (SVG's y axis points down).
-func ringPoint(f float64) (x, y float64) {
+// ringPoint is the point at fraction f of the way round a circle of radius
+// r, starting at twelve o'clock and going clockwise (SVG's y axis points
+// down).
+func ringPoint(f, r float64) (x, y float64) {
 	a := 2*math.Pi*f - math.Pi/2
-	return ringCenter + ringRadius*math.Cos(a), ringCenter + ringRadius*math.Sin(a)
+	return ringCenter + r*math.Cos(a), ringCenter + r*math.Sin(a)
 }
 
-// appendArc appends an SVG arc for s, drawn as a stroke along the ring. A
-// whole circle is two half arcs, since an SVG arc cannot start and end at
-// the same point.
+// minCurvedArc is the shortest arc, as a fraction of the ring, drawn with
+// SVG arc commands. Shorter ones are drawn with straight edges: at that
+// length the difference is far below a pixel, and an SVG arc between two
+// nearly equal rounded points can bend the wrong way round a circle of
+// another centre.
+const minCurvedArc = 1.0 / 720
+
+// appendArc appends the annular sector of s as a closed, filled shape. A
+// filled outline rather than a thick stroke keeps neighbouring arcs from
+// leaving gaps or overlapping where the stroker miters tiny arcs. A whole
+// turn is two halves, since an SVG arc cannot start and end at one point.
 func appendArc(b []byte, s segment) []byte {
 	if s.end-s.start >= 1 {
 		mid := s.start + 0.5
 		b = appendArc(b, segment{start: s.start, end: mid})
 		return appendArc(b, segment{start: mid, end: s.start + 1})
 	}
-	x0, y0 := ringPoint(s.start)
-	x1, y1 := ringPoint(s.end)
+	const outer, inner = ringRadius + ringWidth/2, ringRadius - ringWidth/2
+	curved := s.end-s.start >= minCurvedArc
 	large := byte('0')
 	if s.end-s.start > 0.5 {
 		large = '1'
 	}
+	edge := func(b []byte, r float64, sweep byte, x, y float64) []byte {
+		if curved {
+			b = append(b, 'A')
+			b = appendNum(b, r)
+			b = append(b, ' ')
+			b = appendNum(b, r)
+			b = append(b, " 0 "...)
+			b = append(b, large, ' ', sweep, ' ')
+		} else {
+			b = append(b, 'L')
+		}
+		return appendCoord(b, x, y)
+	}
+	x, y := ringPoint(s.start, outer)
 	b = append(b, 'M')
-	b = appendCoord(b, x0, y0)
-	b = append(b, 'A')
-	b = appendNum(b, ringRadius)
-	b = append(b, ' ')
-	b = appendNum(b, ringRadius)
-	b = append(b, " 0 "...)
-	b = append(b, large, ' ', '1', ' ')
-	return appendCoord(b, x1, y1)
+	b = appendCoord(b, x, y)
+	x, y = ringPoint(s.end, outer)
+	b = edge(b, outer, '1', x, y)
+	x, y = ringPoint(s.end, inner)
+	b = append(b, 'L')
+	b = appendCoord(b, x, y)
+	x, y = ringPoint(s.start, inner)
+	b = edge(b, inner, '0', x, y)
+	return append(b, 'Z')
 }
 
 // appendRun appends a rectangle for s on the strip.
@@ -276,10 +301,10 @@ func appendCoord(b []byte, x, y float64) []byte {
 	return appendNum(b, y)
 }
 
-// appendNum writes v with at most three decimals: a thousandth of a user
-// unit is far below a pixel, and shorter numbers keep the SVG small.
+// appendNum writes v with at most two decimals: a hundredth of a user unit
+// is far below a pixel, and shorter numbers keep the SVG small.
 func appendNum(b []byte, v float64) []byte {
-	v = math.Round(v*1000) / 1000
+	v = math.Round(v*100) / 100
 	if v == 0 {
 		v = 0 // no "-0"
 	}

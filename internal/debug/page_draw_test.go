@@ -160,7 +160,7 @@ func TestArcPathsAreWellFormed(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := draw(r, 1)
-	if got := strings.Count(d.Paths[0], "A"); got != 2 {
+	if got := strings.Count(d.Paths[0], "Z"); got != 2 {
 		t.Fatalf("whole ring drawn with %d arcs: %s", got, d.Paths[0])
 	}
 	if math.Abs(d.Shares[0]-1) > 1e-12 {
