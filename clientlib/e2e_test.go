@@ -295,3 +295,84 @@ func TestHotKeySpillsAtMostTenHops(t *testing.T) {
 		t.Fatalf("no call walked the full %d endpoints; the cap was not exercised", clientlib.MaxWalk)
 	}
 }
+
+// Scale-up under fade-in: while the new backend fades in, every key moves
+// at most once, from its old owner to the new backend, and only keys the
+// new backend owns once the fade is over ever reach it.
+func TestFadeInSendsOnlyOwnedKeys(t *testing.T) {
+	for _, policy := range []string{"skipper", "maglev"} {
+		t.Run(policy, func(t *testing.T) {
+			backends := startBackends(t, 6)
+			const fade = 2 * time.Second
+			extra := fmt.Sprintf("    fade_in: {duration: %v, exponent: 1}\n", fade)
+			file := tempFile(t, clusterYAML("products", policy, extra, backends[:5]))
+			cp := startControlPlane(t, file, "")
+			c := dial(t, cp.xdsAddr)
+			b := balancer(t, c, "products", clientlib.WithBoundedLoad(false))
+			hc := transportClient(b)
+			newcomer := backends[5]
+
+			writeFile(t, file, clusterYAML("products", policy, extra, backends))
+			added := time.Now()
+			waitFor(t, 5*time.Second, "the sixth endpoint", func() bool { return len(b.Endpoints()) == 6 })
+			if st := b.Stats(); st.Fading != 1 {
+				t.Fatalf("fading endpoints %d, want 1", st.Fading)
+			}
+
+			keys := make([]string, 300)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("sku-%d", i)
+			}
+			seq := map[string][]string{} // key -> distinct endpoints in order
+			midFade := 0
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for time.Since(added) < fade+500*time.Millisecond {
+				for _, key := range keys {
+					got, err := get(ctx, hc, key, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if s := seq[key]; len(s) == 0 || s[len(s)-1] != got {
+						seq[key] = append(s, got)
+					}
+					if got == newcomer.addr && time.Since(added) < fade*3/4 {
+						midFade++
+					}
+				}
+			}
+
+			moved := 0
+			for _, key := range keys {
+				final := cp.pick("products", key, "clientlib").Endpoint
+				s := seq[key]
+				if s[len(s)-1] != final {
+					t.Errorf("key %s ended on %s, /debug/pick says %s", key, s[len(s)-1], final)
+				}
+				switch {
+				case len(s) == 1:
+				case len(s) == 2 && s[1] == newcomer.addr:
+					moved++
+				case len(s) == 2 && policy == "maglev":
+					// A Maglev table with one more endpoint also reassigns a
+					// few slots between the old ones; such a key still cuts
+					// over once, to its final owner.
+				default:
+					t.Errorf("key %s flapped or moved between old endpoints: %v", key, s)
+				}
+			}
+			for key := range newcomer.keys() {
+				if w := cp.pick("products", key, "clientlib").Endpoint; w != newcomer.addr {
+					t.Errorf("the new backend received %s, which %s owns", key, w)
+				}
+			}
+			t.Logf("%d of %d keys moved to the new backend; %d of its calls came in the first 3/4 of the fade", moved, len(keys), midFade)
+			if moved == 0 || midFade == 0 {
+				t.Fatalf("the new backend took no keys during the fade (moved %d, mid-fade %d)", moved, midFade)
+			}
+			if st := b.Stats(); st.Fading != 0 {
+				t.Fatalf("still fading after the window: %d", st.Fading)
+			}
+		})
+	}
+}
