@@ -41,8 +41,9 @@ const (
 const connectTimeout = 5 * time.Second
 
 // buildCluster translates a cluster into the CDS resource served to kind.
-func buildCluster(c *model.Cluster, kind Kind) (*clusterv3.Cluster, []string, error) {
-	policies, notes, err := lbPolicies(c, kind)
+// fade, when not nil, may replace the ring size for the current step.
+func buildCluster(c *model.Cluster, kind Kind, fade *fadePlan) (*clusterv3.Cluster, []string, error) {
+	policies, notes, err := lbPolicies(c, kind, fade)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +72,7 @@ func adsConfigSource() *corev3.ConfigSource {
 
 // lbPolicies chooses the load_balancing_policy list a kind can run for the
 // cluster's policy, with a note for every substitution.
-func lbPolicies(c *model.Cluster, kind Kind) ([]*clusterv3.LoadBalancingPolicy_Policy, []string, error) {
+func lbPolicies(c *model.Cluster, kind Kind, fade *fadePlan) ([]*clusterv3.LoadBalancingPolicy_Policy, []string, error) {
 	var notes []string
 	var names []string
 	switch {
@@ -111,14 +112,20 @@ func lbPolicies(c *model.Cluster, kind Kind) ([]*clusterv3.LoadBalancingPolicy_P
 		var cfg proto.Message
 		switch name {
 		case PolicyNameRingHash:
+			minSize, maxSize := c.MinRingSize, c.MaxRingSize
+			if fade != nil && fade.layout {
+				// Laid out for fade-in: the ring has exactly the planned
+				// entries (fadein.ExactWeights).
+				minSize, maxSize = fade.ringSize, fade.ringSize
+			}
 			cfg = &ringhashv3.RingHash{
 				// grpc-go rejects anything but XX_HASH, DEFAULT_HASH included
 				// (v1.85.0 xdslbregistry/converter: convertRingHashProtoToServiceConfig,
 				// "unsupported ring_hash hash function"), although Envoy reads
 				// DEFAULT_HASH as xxHash.
 				HashFunction:    ringhashv3.RingHash_XX_HASH,
-				MinimumRingSize: wrapperspb.UInt64(c.MinRingSize),
-				MaximumRingSize: wrapperspb.UInt64(c.MaxRingSize),
+				MinimumRingSize: wrapperspb.UInt64(minSize),
+				MaximumRingSize: wrapperspb.UInt64(maxSize),
 			}
 		case PolicyNameMaglev:
 			cfg = &maglevv3.Maglev{TableSize: wrapperspb.UInt64(c.TableSize)}
@@ -140,10 +147,18 @@ func lbPolicies(c *model.Cluster, kind Kind) ([]*clusterv3.LoadBalancingPolicy_P
 
 // ringNotes explains when Envoy and grpc-go, both given this cluster as
 // ring_hash, can build different rings (docs/ring-sizes.md).
-func ringNotes(c *model.Cluster) []string {
+func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 	if c.Policy == model.PolicyMaglev {
 		// Envoy runs Maglev; only gRPC clients get a ring, with nothing to
 		// agree with.
+		return nil
+	}
+	if fade != nil && fade.layout {
+		// fadein.ExactWeights makes both walks exact; only grpc-go's cap
+		// can still make them differ.
+		if fade.ringSize > GRPCRingHashCap {
+			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, GRPCRingHashCap)}
+		}
 		return nil
 	}
 	if why := ringsDiffer(c); why != "" {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	udpatypev1 "github.com/cncf/xds/go/udpa/type/v1"
 	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
@@ -50,6 +52,17 @@ type DecodedEndpoint struct {
 	// Metadata is the "ringxds" metadata namespace, shared with the
 	// ClusterLoadAssignment: do not modify it.
 	Metadata *structpb.Struct
+	// FadeStart and FadeCurve are the endpoint's fade-in (MetadataFadeStart,
+	// MetadataFadeDuration, MetadataFadeExponent); FadeStart is zero for an
+	// established endpoint. Metadata that does not parse is ignored (the
+	// endpoint counts as established), as Envoy and grpc-go ignore it.
+	FadeStart time.Time
+	FadeCurve fadein.Curve
+	// RingEntries is MetadataRingEntries: the ring_hash entries the endpoint
+	// holds once every fade is over, 0 when the cluster is not laid out for
+	// fade-in. A client building its final ring uses it as the weight of
+	// fadein.NewCountRing.
+	RingEntries uint64
 }
 
 // ErrUndecodable is wrapped by every Decode error about resources that do
@@ -380,8 +393,30 @@ func decodeEndpoint(lbe *endpointv3.LbEndpoint) (DecodedEndpoint, member, error)
 		if s := rx.GetFields()[MetadataScheme].GetStringValue(); s != "" {
 			ep.Scheme = s
 		}
+		decodeFade(rx, &ep)
 	}
 	return ep, member{host: sa.GetAddress(), port: sa.GetPortValue(), weight: ep.Weight}, nil
+}
+
+// decodeFade reads the fade-in fields of the ringxds metadata namespace.
+func decodeFade(rx *structpb.Struct, ep *DecodedEndpoint) {
+	f := rx.GetFields()
+	if n := f[MetadataRingEntries].GetNumberValue(); n >= 1 && n <= ringhash.MaxRingSizeLimit {
+		ep.RingEntries = uint64(n)
+	}
+	start, err := time.Parse(time.RFC3339Nano, f[MetadataFadeStart].GetStringValue())
+	if err != nil {
+		return
+	}
+	d, err := time.ParseDuration(f[MetadataFadeDuration].GetStringValue())
+	if err != nil || d <= 0 {
+		return
+	}
+	e := f[MetadataFadeExponent].GetNumberValue()
+	if !(e > 0) {
+		return
+	}
+	ep.FadeStart, ep.FadeCurve = start, fadein.Curve{Duration: d, Exponent: e}
 }
 
 // RouteHashHeader returns the header the route configuration hashes for

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -39,8 +41,9 @@ func RingKey(ep *model.Endpoint) string {
 }
 
 // buildLoadAssignment translates a cluster's endpoints into the one
-// ClusterLoadAssignment every kind is served.
-func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, []string) {
+// ClusterLoadAssignment every kind is served. fade, when not nil, supplies
+// the weights and fade-in metadata of the current step.
+func buildLoadAssignment(c *model.Cluster, fade *fadePlan) (*endpointv3.ClusterLoadAssignment, []string) {
 	var notes []string
 
 	type keyed struct {
@@ -77,6 +80,9 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 			notes = append(notes, fmt.Sprintf("endpoints %s and %s share the ring key %q: picks between them are ambiguous and differ between data planes", eps[i-1].hostPort, k.hostPort, k.key))
 		}
 		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
+		if fade != nil {
+			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve)
+		}
 	}
 
 	return &endpointv3.ClusterLoadAssignment{
@@ -90,6 +96,22 @@ func buildLoadAssignment(c *model.Cluster) (*endpointv3.ClusterLoadAssignment, [
 			LbEndpoints:         lbEndpoints,
 		}},
 	}, notes
+}
+
+// applyFade overrides endpoint i's weight with the fade plan's and adds the
+// fade-in metadata: the final ring entries in a laid-out cluster, and the
+// start and curve while the endpoint fades.
+func (a *endpointArena) applyFade(i int, fe fadeEndpoint, curve fadein.Curve) {
+	a.weights[i].Value = fe.weight
+	rx := a.ringxds[i].Fields
+	if fe.entries > 0 {
+		rx[MetadataRingEntries] = structpb.NewNumberValue(float64(fe.entries))
+	}
+	if fe.fading {
+		rx[MetadataFadeStart] = structpb.NewStringValue(fe.start.UTC().Format(time.RFC3339Nano))
+		rx[MetadataFadeDuration] = structpb.NewStringValue(curve.Duration.String())
+		rx[MetadataFadeExponent] = structpb.NewNumberValue(curve.Exponent)
+	}
 }
 
 // endpointArena allocates the fixed-shape messages of n endpoints in one

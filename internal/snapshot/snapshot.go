@@ -64,8 +64,9 @@ type FadeStatus struct {
 	// Duration and Exponent are the curve share(t) = min(1, (t/Duration)^Exponent).
 	Duration time.Duration `json:"duration_ns"`
 	Exponent float64       `json:"exponent"`
-	// Share is share(now - Start): the fraction of its final traffic the
-	// endpoint receives now.
+	// Share is share(step - Start), step being the fade-in step in force
+	// (now rounded down to fadein.StepInterval): the fraction of its final
+	// traffic the published resources give the endpoint.
 	Share float64 `json:"share"`
 	// Weight is the EDS weight published for this step.
 	Weight uint32 `json:"weight"`
@@ -74,16 +75,17 @@ type FadeStatus struct {
 // Build translates a normalized State (see model.State.Normalize) into the
 // resources of every Kind.
 //
-// now is the instant fade-in weights are computed for.
+// now is the instant fade-in weights are computed for: the resources are
+// those of the fade-in step in force at now (see planFade), and NextStep is
+// the next step instant.
 func Build(state model.State, now time.Time) (*Snapshot, error) {
-	_ = now // fade-in weights will be computed for this instant
-
 	n := len(state.Clusters)
 	kinds := AllKinds()
 	snap := &Snapshot{
-		State: state,
-		Kinds: make(map[Kind]Resources, len(kinds)),
-		Notes: make(map[string][]string),
+		State:  state,
+		Kinds:  make(map[Kind]Resources, len(kinds)),
+		Notes:  make(map[string][]string),
+		Fading: make(map[string][]FadeStatus),
 	}
 	for _, k := range kinds {
 		r := Resources{
@@ -106,10 +108,23 @@ func Build(state model.State, now time.Time) (*Snapshot, error) {
 			return nil, fmt.Errorf("cluster %q: defined twice", c.Name)
 		}
 
+		fade, err := planFade(c, now)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
 		var notes []string
-		cla, claNotes := buildLoadAssignment(c)
+		cla, claNotes := buildLoadAssignment(c, fade)
 		notes = append(notes, claNotes...)
-		notes = append(notes, ringNotes(c)...)
+		notes = append(notes, ringNotes(c, fade)...)
+		if fade != nil {
+			notes = append(notes, fade.notes...)
+			if len(fade.status) > 0 {
+				snap.Fading[c.Name] = fade.status
+			}
+			if !fade.next.IsZero() && (snap.NextStep.IsZero() || fade.next.Before(snap.NextStep)) {
+				snap.NextStep = fade.next
+			}
+		}
 
 		// The listener and route are identical for grpc and clientlib, so
 		// both kinds share one instance.
@@ -120,7 +135,7 @@ func Build(state model.State, now time.Time) (*Snapshot, error) {
 		route := buildRoute(c)
 
 		for _, k := range kinds {
-			cds, cdsNotes, err := buildCluster(c, k)
+			cds, cdsNotes, err := buildCluster(c, k, fade)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
 			}

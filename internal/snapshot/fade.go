@@ -1,0 +1,185 @@
+package snapshot
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// Fade-in metadata keys in the MetadataRingxds namespace. They let clients
+// and other replicas compute the same share without extra pushes.
+const (
+	// MetadataFadeStart is when a fading endpoint started fading in,
+	// RFC 3339 with nanoseconds, UTC. Only fading endpoints carry it.
+	MetadataFadeStart = "fade_start"
+	// MetadataFadeDuration is the fade-in window as a Go duration ("30s").
+	MetadataFadeDuration = "fade_duration"
+	// MetadataFadeExponent is the curve exponent (a number).
+	MetadataFadeExponent = "fade_exponent"
+	// MetadataRingEntries is the number of ring_hash entries the endpoint
+	// holds once every fade is over (a number). Set on every endpoint of a
+	// cluster whose ring is laid out for fade-in, so a client can build the
+	// final ring (fadein.NewCountRing) while the EDS weights still ramp.
+	MetadataRingEntries = "ring_entries"
+)
+
+// fadeEndpoint is what fade-in decides for one endpoint.
+type fadeEndpoint struct {
+	// weight is the EDS weight to publish.
+	weight uint32
+	// entries is the final ring_hash entry count in a laid-out cluster, 0
+	// otherwise.
+	entries uint64
+	// fading endpoints publish their start and the curve.
+	fading bool
+	start  time.Time
+}
+
+// fadePlan is what fade-in changes in one cluster's resources at one step.
+type fadePlan struct {
+	curve fadein.Curve
+	// layout is true when the ring_hash ring is laid out as entries per
+	// weight (fadein.EntriesPerWeight) and ringSize is published as both
+	// minimum and maximum ring size.
+	layout   bool
+	ringSize uint64
+	// byHostPort holds every endpoint's decision.
+	byHostPort map[string]fadeEndpoint
+	status     []FadeStatus
+	// next is the next step instant at which the plan changes, zero if none.
+	next  time.Time
+	notes []string
+}
+
+// planFade decides the weights, ring size and fade metadata of a cluster
+// with fade_in at now; nil when the cluster has none.
+//
+// Ring clusters (ring_hash, and skipper, which Envoy and gRPC run as
+// ring_hash) are laid out with k entries per unit of weight, k from
+// fadein.EntriesPerWeight over the weights of every endpoint, fading ones
+// included. Established endpoints hold k x weight entries; a fading one
+// fadein.RampEntries of its final k x weight at the current step. The EDS
+// weights are fadein.ExactWeights of those counts in EDS order, so Envoy,
+// grpc-go and ringxds build one ring at every step, in which old endpoints
+// never lose an entry while the new one gains them.
+//
+// Maglev clusters keep their weights: Envoy's Maglev has no slow start, and
+// ramping a weight in a Maglev table moves keys between old endpoints. They
+// publish the fade metadata, so the client library fades them in with an
+// NRing.
+func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
+	if c.FadeIn == nil {
+		return nil, nil
+	}
+	p := &fadePlan{
+		curve:      fadein.Curve{Duration: c.FadeIn.Duration, Exponent: c.FadeIn.Exponent},
+		byHostPort: make(map[string]fadeEndpoint, len(c.Endpoints)),
+	}
+	step := fadein.StepTime(now)
+
+	// EDS order: the order both data planes walk, which ExactWeights needs.
+	eps := make([]*model.Endpoint, len(c.Endpoints))
+	var weightSum uint64
+	for i := range c.Endpoints {
+		eps[i] = &c.Endpoints[i]
+		weightSum += uint64(c.Endpoints[i].Weight)
+	}
+	slices.SortFunc(eps, func(a, b *model.Endpoint) int {
+		return cmp.Or(cmp.Compare(RingKey(a), RingKey(b)), cmp.Compare(a.HostPort(), b.HostPort()))
+	})
+
+	var k uint64
+	if c.Policy != model.PolicyMaglev {
+		k = fadein.EntriesPerWeight(weightSum, c.MaxRingSize)
+		if k == 0 {
+			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than maximum_ring_size %d, so the ring cannot give every unit of weight an entry: Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", weightSum, c.MaxRingSize))
+		}
+	} else {
+		p.notes = append(p.notes, "fade-in: maglev clusters fade in only in the client library: Envoy's Maglev has no slow start, and ramping a Maglev weight moves keys between old endpoints")
+	}
+	p.layout = k > 0
+
+	counts := make([]uint64, len(eps))
+	for i, ep := range eps {
+		fe := fadeEndpoint{weight: ep.Weight}
+		final := k * uint64(ep.Weight)
+		counts[i] = final
+		var share float64 = 1
+		if !ep.FirstSeen.IsZero() {
+			share = p.curve.Share(step.Sub(ep.FirstSeen))
+		}
+		if share < 1 {
+			fe.fading, fe.start = true, ep.FirstSeen
+			counts[i] = fadein.RampEntries(final, share)
+			if next := p.nextChange(ep.FirstSeen, step, final, counts[i]); p.next.IsZero() || next.Before(p.next) {
+				p.next = next
+			}
+		}
+		if p.layout {
+			fe.entries = final
+		}
+		p.byHostPort[ep.HostPort()] = fe
+	}
+
+	if p.layout {
+		weights, size, err := fadein.ExactWeights(counts)
+		if err != nil {
+			return nil, fmt.Errorf("fade-in layout: %w", err)
+		}
+		p.ringSize = size
+		for i, ep := range eps {
+			fe := p.byHostPort[ep.HostPort()]
+			fe.weight = weights[i]
+			p.byHostPort[ep.HostPort()] = fe
+		}
+	}
+
+	for _, ep := range eps {
+		fe := p.byHostPort[ep.HostPort()]
+		if !fe.fading {
+			continue
+		}
+		p.status = append(p.status, FadeStatus{
+			Endpoint: ep.HostPort(),
+			Start:    fe.start,
+			Duration: p.curve.Duration,
+			Exponent: p.curve.Exponent,
+			Share:    p.curve.Share(step.Sub(fe.start)),
+			Weight:   fe.weight,
+		})
+	}
+	return p, nil
+}
+
+// nextChange is the first step instant after step at which an endpoint that
+// started fading at start, holding count of its final entries now, either
+// gains an entry or finishes fading (its metadata then changes). Counts only
+// grow with time, so a binary search over the remaining steps finds it.
+func (p *fadePlan) nextChange(start, step time.Time, final, count uint64) time.Time {
+	end := start.Add(p.curve.Duration)
+	last := fadein.StepTime(end)
+	if last.Before(end) {
+		last = last.Add(fadein.StepInterval)
+	}
+	steps := int64(last.Sub(step) / fadein.StepInterval)
+	if steps <= 1 || final == 0 {
+		return step.Add(time.Duration(max(steps, 1)) * fadein.StepInterval)
+	}
+	// The smallest m in [1, steps] whose count exceeds count; m = steps
+	// always qualifies because the fade is over there.
+	lo, hi := int64(1), steps
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		at := step.Add(time.Duration(m) * fadein.StepInterval)
+		if fadein.RampEntries(final, p.curve.Share(at.Sub(start))) > count {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return step.Add(time.Duration(lo) * fadein.StepInterval)
+}

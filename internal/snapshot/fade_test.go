@@ -1,0 +1,370 @@
+package snapshot
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/ringhash"
+)
+
+var fadeT0 = time.Date(2026, 6, 1, 12, 0, 0, 300_000_000, time.UTC)
+
+// fadeCluster has n established endpoints plus the given fading ones.
+func fadeCluster(policy model.Policy, n int, fading map[int]time.Time, extra int) model.Cluster {
+	c := model.Cluster{Name: "products", Policy: policy, FadeIn: &model.FadeIn{Duration: 6 * time.Second, Exponent: 2.5}}
+	for i := 0; i < n+extra; i++ {
+		ep := model.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8080}
+		ep.FirstSeen = fading[i]
+		c.Endpoints = append(c.Endpoints, ep)
+	}
+	return c
+}
+
+func fadeKeys(n int) []uint64 {
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = ringhash.HashKey(fmt.Sprintf("product-%d", i))
+	}
+	return hs
+}
+
+// fadeOwners builds the snapshot of c at now, decodes it as Envoy, grpc-go
+// and the client library see it, checks the three rings give every key the
+// same owner, and returns the owners.
+func fadeOwners(t *testing.T, c model.Cluster, now time.Time, keys []uint64) ([]string, *Snapshot) {
+	t.Helper()
+	snap, err := Build(state(t, c), now)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	var ref []string
+	for _, kind := range []Kind{KindEnvoy, KindGRPC, KindClientlib} {
+		d := decode(t, snap, kind, c.Name)
+		if d.Policy != ringhash.PolicyRingHash {
+			continue
+		}
+		owners := make([]string, len(keys))
+		for i, h := range keys {
+			owners[i] = d.Endpoints[d.Ring.Pick(h)].Addr
+		}
+		if ref == nil {
+			ref = owners
+			continue
+		}
+		for i := range keys {
+			if owners[i] != ref[i] {
+				t.Fatalf("at %v: %s picks %s for key %d, envoy %s", now, kind, owners[i], i, ref[i])
+			}
+		}
+	}
+	return ref, snap
+}
+
+// fadeChecker accumulates the fade-in properties over a sequence of steps.
+//
+// A key on a fading endpoint that does not own it at the end is a "hop":
+// with several endpoints fading at once, a key that falls through a sibling's
+// missing entry lands on the next fading entry, and moves on to the sibling
+// when that entry appears. Hops never go back to an old endpoint; they are
+// counted, and forbidden when one endpoint fades alone (hopsAllowed false).
+type fadeChecker struct {
+	t           *testing.T
+	old         map[string]bool
+	final       []string
+	prev        []string
+	moved       int
+	hops        map[int]bool
+	hopsAllowed bool
+}
+
+func (f *fadeChecker) step(what string, owners []string) {
+	f.t.Helper()
+	if f.hops == nil {
+		f.hops = map[int]bool{}
+	}
+	for i, o := range owners {
+		if !f.old[o] && o != f.final[i] {
+			if !f.hopsAllowed || f.old[f.final[i]] {
+				f.t.Fatalf("%s: key %d on fading %s, which will not own it (final owner %s)", what, i, o, f.final[i])
+			}
+			f.hops[i] = true
+		}
+		if f.prev != nil && f.prev[i] != o {
+			switch p := f.prev[i]; {
+			case f.old[p] && f.old[o]:
+				f.t.Fatalf("%s: key %d moved between old endpoints %s -> %s", what, i, p, o)
+			case !f.old[p] && f.old[o]:
+				f.t.Fatalf("%s: key %d flapped back %s -> %s", what, i, p, o)
+			}
+			f.moved++
+		}
+	}
+	f.prev = owners
+}
+
+// TestFadeRampIsIdenticalEverywhereAndMovesOnlyOldToNew walks scale-ups
+// step by step from the established ring before the event to the one after
+// the fade: at every step Envoy, grpc-go and ringxds decode the same ring,
+// each endpoint holds exactly its planned entries, keys only move from old
+// endpoints to new ones, only to their final owner, and never back.
+func TestFadeRampIsIdenticalEverywhereAndMovesOnlyOldToNew(t *testing.T) {
+	keys := fadeKeys(4000)
+	for _, tc := range []struct {
+		policy model.Policy
+		n, add int
+	}{{model.PolicyRingHash, 10, 1}, {model.PolicyRingHash, 10, 3}, {model.PolicyRingHash, 100, 10}, {model.PolicySkipper, 20, 5}} {
+		t.Run(fmt.Sprintf("%s/%d+%d", tc.policy, tc.n, tc.add), func(t *testing.T) {
+			fading := map[int]time.Time{}
+			for i := tc.n; i < tc.n+tc.add; i++ {
+				fading[i] = fadeT0
+			}
+			before := fadeCluster(tc.policy, tc.n, nil, 0)
+			during := fadeCluster(tc.policy, tc.n, fading, tc.add)
+			after := fadeCluster(tc.policy, tc.n+tc.add, nil, 0)
+
+			final, _ := fadeOwners(t, after, fadeT0, keys)
+			f := &fadeChecker{t: t, old: map[string]bool{}, final: final, hopsAllowed: tc.add > 1}
+			for _, ep := range before.Endpoints {
+				f.old[ep.HostPort()] = true
+			}
+			owners, _ := fadeOwners(t, before, fadeT0, keys)
+			f.step("before", owners)
+			now := fadeT0
+			steps := 0
+			for {
+				owners, snap := fadeOwners(t, during, now, keys)
+				f.step(now.Sub(fadeT0).String(), owners)
+				checkEntries(t, snap, during, now)
+				steps++
+				if snap.NextStep.IsZero() {
+					if len(snap.Fading) != 0 {
+						t.Fatalf("no next step while %v fade", snap.Fading)
+					}
+					break
+				}
+				if d := snap.NextStep.Sub(now); d <= 0 || snap.NextStep.Sub(fadein.StepTime(now)) < fadein.StepInterval || !snap.NextStep.Equal(fadein.StepTime(snap.NextStep)) {
+					t.Fatalf("at %v next step %v is not a later grid instant", now, snap.NextStep)
+				}
+				now = snap.NextStep
+			}
+			if !now.After(fadeT0.Add(6*time.Second)) || now.After(fadeT0.Add(7*time.Second)) {
+				t.Fatalf("fade ended at %v, want the first step after %v", now, fadeT0.Add(6*time.Second))
+			}
+			f.step("after", final)
+			if f.moved == 0 || steps < 3 {
+				t.Fatalf("%d keys moved over %d steps", f.moved, steps)
+			}
+			t.Logf("%d steps, %d moves, %d of %d keys hopped between fading endpoints", steps, f.moved, len(f.hops), len(keys))
+		})
+	}
+}
+
+// checkEntries: each endpoint holds k x weight entries, a fading one
+// RampEntries of that, and the fade metadata decodes back to the model.
+func checkEntries(t *testing.T, snap *Snapshot, c model.Cluster, now time.Time) {
+	t.Helper()
+	d := decode(t, snap, KindEnvoy, c.Name)
+	counts := map[int]uint64{}
+	d.Ring.(ringhash.Drawable).Entries(func(_ uint64, ep int) { counts[ep]++ })
+	k := fadein.EntriesPerWeight(uint64(len(c.Endpoints)), model.DefaultRingSize)
+	curve := fadein.Curve{Duration: c.FadeIn.Duration, Exponent: c.FadeIn.Exponent}
+	byAddr := map[string]model.Endpoint{}
+	for _, ep := range c.Endpoints {
+		byAddr[ep.HostPort()] = ep
+	}
+	fading := 0
+	for i, de := range d.Endpoints {
+		ep := byAddr[de.Addr]
+		want := k
+		share := 1.0
+		if !ep.FirstSeen.IsZero() {
+			share = curve.Share(fadein.StepTime(now).Sub(ep.FirstSeen))
+		}
+		if share < 1 {
+			want = fadein.RampEntries(k, share)
+			fading++
+			if !de.FadeStart.Equal(ep.FirstSeen) || de.FadeCurve != curve {
+				t.Fatalf("%s: fade metadata %v %+v, want %v %+v", de.Addr, de.FadeStart, de.FadeCurve, ep.FirstSeen, curve)
+			}
+		} else if !de.FadeStart.IsZero() {
+			t.Fatalf("%s: established but publishes fade_start %v", de.Addr, de.FadeStart)
+		}
+		if counts[i] != want || de.RingEntries != k {
+			t.Fatalf("at %v %s: %d entries (final %d), want %d (final %d)", now, de.Addr, counts[i], de.RingEntries, want, k)
+		}
+	}
+	if len(snap.Fading[c.Name]) != fading {
+		t.Fatalf("Fading lists %d endpoints, want %d", len(snap.Fading[c.Name]), fading)
+	}
+}
+
+// TestFadeLayoutChangeIsConfinedToTheFirstStep: 100 -> 150 crosses 128, so
+// entries per weight halve (32 -> 16) and the first step re-lays the ring
+// out, moving keys between old endpoints once; from then on the fade has
+// none of that.
+func TestFadeLayoutChangeIsConfinedToTheFirstStep(t *testing.T) {
+	keys := fadeKeys(4000)
+	fading := map[int]time.Time{}
+	for i := 100; i < 150; i++ {
+		fading[i] = fadeT0
+	}
+	before := fadeCluster(model.PolicyRingHash, 100, nil, 0)
+	during := fadeCluster(model.PolicyRingHash, 100, fading, 50)
+	after := fadeCluster(model.PolicyRingHash, 150, nil, 0)
+	final, _ := fadeOwners(t, after, fadeT0, keys)
+	first, snap := fadeOwners(t, during, fadeT0, keys)
+	prev, _ := fadeOwners(t, before, fadeT0, keys)
+	old := map[string]bool{}
+	for _, ep := range before.Endpoints {
+		old[ep.HostPort()] = true
+	}
+	oldOld := 0
+	for i := range keys {
+		if prev[i] != first[i] && old[first[i]] {
+			oldOld++
+		}
+	}
+	if oldOld == 0 {
+		t.Fatal("the re-layout moved no key between old endpoints; the test would not see one")
+	}
+	t.Logf("re-layout 32 -> 16 entries per weight moved %d of %d keys between old endpoints", oldOld, len(keys))
+	f := &fadeChecker{t: t, old: old, final: final, prev: first, hopsAllowed: true}
+	for now := snap.NextStep; !now.IsZero(); {
+		owners, s := fadeOwners(t, during, now, keys)
+		f.step(now.String(), owners)
+		now = s.NextStep
+	}
+	f.step("after", final)
+}
+
+// TestFadeEdgeCases pins the decisions docs/fade-in.md describes.
+func TestFadeEdgeCases(t *testing.T) {
+	keys := fadeKeys(4000)
+	mid := fadeT0.Add(3 * time.Second)
+	t.Run("scale down during a fade", func(t *testing.T) {
+		// An old endpoint leaves mid-fade: only its keys move; the fading
+		// endpoint keeps its entries and keeps growing.
+		c := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0}, 1)
+		before, _ := fadeOwners(t, c, mid, keys)
+		gone := c.Endpoints[4].HostPort()
+		c.Endpoints = append(c.Endpoints[:4:4], c.Endpoints[5:]...)
+		after, snap := fadeOwners(t, c, mid, keys)
+		for i := range keys {
+			if before[i] != gone && after[i] != before[i] {
+				t.Fatalf("key %d moved %s -> %s though its endpoint stayed", i, before[i], after[i])
+			}
+		}
+		checkEntries(t, snap, c, mid)
+	})
+	t.Run("overlapping fades", func(t *testing.T) {
+		// A second endpoint joins while the first fades: the first keeps its
+		// ramp, no key moves between old endpoints, each ramps on its own
+		// start and the steps stay one grid.
+		one := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0}, 1)
+		two := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0, 11: mid}, 2)
+		final, _ := fadeOwners(t, fadeCluster(model.PolicyRingHash, 12, nil, 0), mid, keys)
+		f := &fadeChecker{t: t, old: map[string]bool{}, final: final, hopsAllowed: true}
+		for _, ep := range one.Endpoints[:10] {
+			f.old[ep.HostPort()] = true
+		}
+		prev, _ := fadeOwners(t, one, mid, keys)
+		f.prev = prev
+		for now := mid; !now.IsZero(); {
+			owners, snap := fadeOwners(t, two, now, keys)
+			// Keys the first fading endpoint holds may pass on to the second
+			// (it owns them at the end), never back to an old one.
+			f.final = final
+			f.step(now.String(), owners)
+			checkEntries(t, snap, two, now)
+			now = snap.NextStep
+		}
+	})
+	t.Run("vanish and come back", func(t *testing.T) {
+		// A returning endpoint is a new one to the source (new FirstSeen):
+		// it fades in again from one entry, its cache being cold.
+		back := fadeT0.Add(20 * time.Second)
+		c := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: back}, 1)
+		_, snap := fadeOwners(t, c, back, keys)
+		checkEntries(t, snap, c, back)
+		if st := snap.Fading[c.Name]; len(st) != 1 || st[0].Share != 0 {
+			t.Fatalf("returning endpoint status %+v, want share 0", st)
+		}
+	})
+	t.Run("server restart mid-fade", func(t *testing.T) {
+		// The file source restarts with every endpoint established: the
+		// fading endpoint jumps to its final entries. Keys still only move
+		// from old endpoints to it, and the ring is the one the fade ends in.
+		c := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0}, 1)
+		mid, _ := fadeOwners(t, c, fadeT0.Add(3*time.Second), keys)
+		restarted := fadeCluster(model.PolicyRingHash, 11, nil, 0)
+		final, snap := fadeOwners(t, restarted, fadeT0.Add(3*time.Second), keys)
+		f := &fadeChecker{t: t, old: map[string]bool{}, final: final, prev: mid}
+		for _, ep := range c.Endpoints[:10] {
+			f.old[ep.HostPort()] = true
+		}
+		f.step("restart", final)
+		if !snap.NextStep.IsZero() || len(snap.Fading) != 0 {
+			t.Fatalf("restarted snapshot still fades: %v %v", snap.NextStep, snap.Fading)
+		}
+	})
+	t.Run("same step same resources", func(t *testing.T) {
+		// Replicas building at different instants of one step publish the
+		// same versions.
+		c := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0}, 1)
+		a, _ := Build(state(t, c), fadeT0.Add(2100*time.Millisecond))
+		b, _ := Build(state(t, c), fadeT0.Add(2650*time.Millisecond))
+		for _, typ := range []string{"type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "type.googleapis.com/envoy.config.cluster.v3.Cluster"} {
+			va, _ := Version(a.Kinds[KindEnvoy][typ][c.Name])
+			vb, _ := Version(b.Kinds[KindEnvoy][typ][c.Name])
+			if va != vb {
+				t.Fatalf("%s differs within one step", typ)
+			}
+		}
+	})
+}
+
+// TestFadeMaglevKeepsWeightsAndPublishesTiming: Envoy's Maglev is not
+// ramped; the timing is published for the client library.
+func TestFadeMaglevKeepsWeightsAndPublishesTiming(t *testing.T) {
+	c := fadeCluster(model.PolicyMaglev, 10, map[int]time.Time{10: fadeT0}, 1)
+	snap, err := Build(state(t, c), fadeT0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decode(t, snap, KindEnvoy, c.Name)
+	for _, de := range d.Endpoints {
+		if de.Weight != 1 || de.RingEntries != 0 {
+			t.Fatalf("%s: weight %d, ring entries %d; want the model weight and no layout", de.Addr, de.Weight, de.RingEntries)
+		}
+	}
+	for _, de := range d.Endpoints {
+		if fading := de.Addr == "10.0.0.11:8080"; fading != de.FadeStart.Equal(fadeT0) {
+			t.Fatalf("%s publishes fade start %v", de.Addr, de.FadeStart)
+		}
+	}
+	if len(snap.Fading[c.Name]) != 1 || snap.NextStep.IsZero() {
+		t.Fatalf("fading %v, next %v", snap.Fading, snap.NextStep)
+	}
+	assertNotes(t, snap.Notes[c.Name], []string{
+		"fade-in: maglev clusters fade in only in the client library: Envoy's Maglev has no slow start, and ramping a Maglev weight moves keys between old endpoints",
+		"maglev is published to grpc clients as ring_hash: gRPC NACKs MAGLEV",
+	})
+}
+
+// TestFadeOffLeavesResourcesAlone: FirstSeen without fade_in changes nothing.
+func TestFadeOffLeavesResourcesAlone(t *testing.T) {
+	c := fadeCluster(model.PolicyRingHash, 10, map[int]time.Time{10: fadeT0}, 1)
+	c.FadeIn = nil
+	plain := fadeCluster(model.PolicyRingHash, 11, nil, 0)
+	plain.FadeIn = nil
+	a, _ := Build(state(t, c), fadeT0)
+	b, _ := Build(state(t, plain), fadeT0)
+	va, _ := Version(a.Kinds[KindEnvoy]["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"][c.Name])
+	vb, _ := Version(b.Kinds[KindEnvoy]["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"][c.Name])
+	if va != vb || !a.NextStep.IsZero() || len(a.Fading) != 0 {
+		t.Fatal("a cluster without fade_in published fade-in changes")
+	}
+}
