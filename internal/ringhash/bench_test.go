@@ -170,3 +170,39 @@ func BenchmarkBuild(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWalk measures the bounded-load pattern: a pick plus the next two
+// distinct endpoints clockwise, with n = 1000.
+func BenchmarkWalk(b *testing.B) {
+	keys := benchKeys()
+	skEps, envoyEps := benchEndpoints(1000)
+	size := uint64(100 * len(envoyEps))
+	rh, err := NewRingHash(envoyEps, RingHashOptions{MinRingSize: size, MaxRingSize: size})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mg, err := NewMaglev(envoyEps, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sk, err := NewSkipper(skEps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range []Ring{rh, mg, sk} {
+		b.Run(r.Policy()+"/n=1000", func(b *testing.B) {
+			sink, seen := 0, 0
+			visit := func(ep int) bool { sink += ep; seen++; return seen%3 != 0 }
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				k := i & (benchKeyCount - 1)
+				r.Walk(xxhash.Sum64(keys[k*benchKeyLen:k*benchKeyLen+benchKeyLen]), visit)
+				i++
+			}
+			if sink < 0 {
+				b.Fatal("impossible")
+			}
+		})
+	}
+}

@@ -21,7 +21,8 @@ var (
 )
 
 // NewSkipper builds Skipper's ring. Keys are Skipper identities, see
-// SkipperIdentity. The input order of endpoints does not change any pick.
+// SkipperIdentity. The input order of endpoints does not change any pick
+// (barring 64-bit hash collisions between virtual nodes).
 //
 // Skipper has no weights, so Weight must be 0 (unset) or 1; anything else is
 // rejected with ErrWeightUnsupported rather than silently ignored, because a
