@@ -1,0 +1,205 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ringxds/ringxds/internal/debug"
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/watch"
+)
+
+// clock is a settable time source: real time until frozen, so a fade can be
+// held at one step while a real client is measured against it.
+type clock struct {
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen.IsZero() {
+		return time.Now()
+	}
+	return c.frozen
+}
+
+func (c *clock) Set(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = at
+}
+
+// startFadeControlPlane wires a control plane as startControlPlane does,
+// with the server on clk.
+func startFadeControlPlane(t *testing.T, file string, clk *clock) *controlPlane {
+	t.Helper()
+	log := zaptest.NewLogger(t)
+	reg := prometheus.NewRegistry()
+	src, err := watch.NewFileSource(file, watch.FileOptions{Logger: log.Named("file"), Registerer: reg, Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Load(); err != nil {
+		t.Fatalf("initial load: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Now: clk.Now})
+	g, err := server.NewGRPCServer(server.GRPCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Register(g)
+	xl, dl := listen(t), listen(t)
+	go func() { _ = g.Serve(xl) }()
+	hs := &http.Server{Handler: debug.New(debug.Options{Server: srv, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})}
+	go func() { _ = hs.Serve(dl) }()
+	srcDone := make(chan struct{})
+	go func() {
+		defer close(srcDone)
+		_ = src.Run(ctx, func(st model.State) {
+			if err := srv.Apply(st); err != nil {
+				t.Errorf("apply: %v", err)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		g.Stop()
+		_ = hs.Close()
+		<-srcDone
+	})
+	cp := &controlPlane{t: t, file: file, src: src, srv: srv, reg: reg, xdsAddr: xl.Addr().String(), debugURL: "http://" + dl.Addr().String()}
+	waitFor(t, 5*time.Second, "first snapshot", srv.Ready)
+	return cp
+}
+
+// sweep routes keys through the real grpc-go client and asks /debug/pick
+// (client=grpc) for each; it returns the backend per key and the number of
+// disagreements.
+func sweep(t *testing.T, cp *controlPlane, keys int, route func(string) (string, error)) (map[string]string, int) {
+	t.Helper()
+	got := make(map[string]string, keys)
+	bad := 0
+	for i := range keys {
+		key := fmt.Sprintf("product-%d", i)
+		be, err := route(key)
+		if err != nil {
+			t.Fatalf("RPC for %s: %v", key, err)
+		}
+		want := cp.pick("products", key, "grpc")
+		if want.ByClient["envoy"] != want.Endpoint || want.ByClient["clientlib"] != want.Endpoint {
+			t.Fatalf("key %s: data planes disagree mid-fade: %v", key, want.ByClient)
+		}
+		if be != want.Endpoint {
+			bad++
+		}
+		got[key] = be
+	}
+	return got, bad
+}
+
+// TestFadeGRPCAgreesWithDebugPickMidFade holds a fade at a step partway
+// through and checks that grpc-go's own xDS client and ring_hash balancer
+// route 1000 keys exactly where /debug/pick says, that the new backend
+// receives only keys it keeps after the fade, and that none of the old
+// backends trade keys.
+func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
+	const fade = "    fade_in: {duration: 6s, exponent: 1}\n"
+	backends := startBackends(t, 11)
+	clk := &clock{}
+	cp := startFadeControlPlane(t, tempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends[:10], nil)), clk)
+	client := dialXDS(t, cp.xdsAddr, "products")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	route := func(key string) (string, error) { return call(ctx, client, "x-product-id", key) }
+
+	const keys = 1000
+	before, bad := sweep(t, cp, keys, route)
+	if bad != 0 {
+		t.Fatalf("before the scale-up %d/%d keys disagree", bad, keys)
+	}
+
+	writeFile(t, cp.file, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends, nil))
+	var start time.Time
+	waitFor(t, 5*time.Second, "the new endpoint to fade in", func() bool {
+		if st := cp.srv.Current().Fading["products"]; len(st) == 1 {
+			start = st[0].Start
+			return true
+		}
+		return false
+	})
+	// Hold the fade at 2.5 s of 6 s: the step in force is at 1.5 to 2.5 s
+	// (share 0.25 to 0.42). The step timer armed for the next second
+	// rebuilds at the frozen instant.
+	clk.Set(start.Add(2500 * time.Millisecond))
+	waitFor(t, 5*time.Second, "the held step", func() bool {
+		st := cp.srv.Current().Fading["products"]
+		return len(st) == 1 && st[0].Share >= 0.25 && st[0].Share < 0.5
+	})
+
+	var mid map[string]string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mid, bad = sweep(t, cp, keys, route)
+		if bad == 0 {
+			break
+		}
+		// grpc-go may still be applying the step's CDS and EDS.
+		if time.Now().After(deadline) {
+			t.Fatalf("mid-fade: %d/%d keys disagree with /debug/pick", bad, keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	newAddr := backends[10].addr
+	onNew := 0
+	for key, be := range mid {
+		switch {
+		case be == newAddr:
+			onNew++
+		case be != before[key]:
+			t.Fatalf("key %s moved between old backends %s -> %s mid-fade", key, before[key], be)
+		}
+	}
+
+	// End the fade: every key the new backend took mid-fade stays there.
+	clk.Set(start.Add(7 * time.Second))
+	waitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.srv.Current().Fading["products"]) == 0 })
+	var after map[string]string
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		after, bad = sweep(t, cp, keys, route)
+		if bad == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the fade: %d/%d keys disagree with /debug/pick", bad, keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	final := 0
+	for key, be := range after {
+		if mid[key] == newAddr && be != newAddr {
+			t.Fatalf("key %s warmed on the new backend mid-fade but ends on %s", key, be)
+		}
+		if be == newAddr {
+			final++
+		}
+		if be != newAddr && be != before[key] {
+			t.Fatalf("key %s moved between old backends %s -> %s", key, before[key], be)
+		}
+	}
+	t.Logf("mid-fade: 1000/1000 keys agree with /debug/pick; new backend holds %d keys mid-fade, %d after", onNew, final)
+	if onNew == 0 || onNew >= final {
+		t.Fatalf("new backend holds %d keys mid-fade and %d after; want a partial share", onNew, final)
+	}
+}
