@@ -9,7 +9,7 @@ PKGS      := ./...
 KUBE_VERSION ?= v1.37.2
 TESTBIN   := $(CURDIR)/.testbin
 
-.PHONY: all build run test test-unit test-k8s testbin bench lint clean
+.PHONY: all build run demo test test-unit test-k8s testbin browser bench lint clean
 
 all: build
 
@@ -19,9 +19,14 @@ build:
 run: build
 	$(BIN)/xds-server
 
+## demo: xds-server, three backends and a proxyless gRPC client checking every
+## key against /debug/pick; everything stops by itself.
+demo:
+	GO=$(GO) bash examples/grpc/demo.sh
+
 ## test: the whole suite (unit, end-to-end, Kubernetes against a real API server).
-test: testbin lint
-	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: testbin browser lint
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 RINGXDS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -32,6 +37,16 @@ test-k8s: testbin
 
 testbin:
 	KUBE_VERSION=$(KUBE_VERSION) bash hack/testbin.sh $(TESTBIN)
+
+## browser: Debian's Chromium, which the debug page tests drive headless.
+browser:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	  echo "installing chromium for the debug page browser tests"; \
+	  if ! { apt-get update && apt-get install -y chromium; }; then \
+	    echo "could not install chromium (apt-get update && apt-get install -y chromium, as root);"; \
+	    echo "install it by hand, or run the tests without the browser: make test-unit"; \
+	    exit 1; \
+	  fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
