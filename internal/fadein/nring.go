@@ -40,7 +40,8 @@ type BuildFunc func(eps []ringhash.Endpoint) (ringhash.Ring, error)
 // members on the next Update.
 //
 // All state sits behind one atomic pointer to an immutable value: Pick and
-// Walk never lock or allocate, and Update may run concurrently with them.
+// Walk never lock, Pick never allocates, and Update may run concurrently
+// with them.
 type NRing struct {
 	build BuildFunc
 	cur   atomic.Pointer[nringState]
@@ -157,7 +158,8 @@ func (n *NRing) Pick(h uint64, now time.Time) int {
 
 // Walk calls fn with distinct members in the order of the ring h uses at
 // now, starting at Pick's choice, until fn returns false: the order a
-// bounded-load walk considers them in. It does not allocate.
+// bounded-load walk considers them in. It allocates once (the closure that
+// maps the ring's indices to members); Pick allocates nothing.
 func (n *NRing) Walk(h uint64, now time.Time, fn func(int) bool) {
 	s := n.cur.Load()
 	if s == nil {
