@@ -41,13 +41,37 @@ type ringState struct {
 	eps    []Endpoint
 	stats  []*endpointStats
 	ring   ringhash.Ring
-	// Exactly one of these is set: walks call the concrete type so the
-	// callback does not escape and picks stay allocation-free.
+	// kind says which of skipper, ringHash and maglev is set. Picks and
+	// walks call the concrete type: a walk callback passed through the
+	// Ring interface would escape and allocate, and the direct call saves
+	// the dynamic dispatch.
+	kind     ringKind
+	pure     bool // bounded load off and nothing fading: picks are ring owners
 	skipper  *ringhash.Skipper
 	ringHash *ringhash.RingHash
 	maglev   *ringhash.Maglev
 	// fade is set while endpoints fade in; picks then go through the N-ring.
 	fade fader
+}
+
+type ringKind uint8
+
+const (
+	kindSkipper ringKind = iota
+	kindRingHash
+	kindMaglev
+)
+
+// pick returns the ring owner of h.
+func (s *ringState) pick(h uint64) int {
+	switch s.kind {
+	case kindSkipper:
+		return s.skipper.Pick(h)
+	case kindRingHash:
+		return s.ringHash.Pick(h)
+	default:
+		return s.maglev.Pick(h)
+	}
 }
 
 // Balancer picks endpoints of one cluster. It is safe for concurrent use;
@@ -120,7 +144,11 @@ func (b *Balancer) Pick(key string) (Endpoint, error) {
 	if s == nil {
 		return Endpoint{}, fmt.Errorf("%w: %s", ErrNotReady, b.cluster)
 	}
-	i, _ := b.choose(s, ringhash.HashKey(key), -1)
+	h := ringhash.HashKey(key)
+	if s.pure {
+		return s.eps[s.pick(h)], nil // the bare ring, without a walk's set-up
+	}
+	i, _ := b.choose(s, h, -1)
 	return s.eps[i], nil
 }
 
@@ -131,28 +159,25 @@ func (b *Balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
 	if s.fade != nil {
 		return b.chooseFading(s, h, exclude)
 	}
-	var owner int
-	switch {
-	case s.skipper != nil:
-		owner = s.skipper.Pick(h)
-	case s.ringHash != nil:
-		owner = s.ringHash.Pick(h)
-	default:
-		owner = s.maglev.Pick(h)
-	}
-	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, best: owner, bestLoad: math.Inf(1), found: -1}
-	if w.bounded {
-		w.capacity = b.load.capacity(b.opts.factor, len(s.eps))
-	}
-	if w.takesOwner(owner) {
+	owner := s.pick(h)
+	var capacity float64
+	if b.opts.bounded {
+		capacity = b.load.capacity(b.opts.factor, len(s.eps))
+		if owner != exclude {
+			if st := s.stats[owner]; !st.frozen.Load() && st.load() < capacity {
+				return owner, 0
+			}
+		}
+	} else if owner != exclude {
 		return owner, 0
 	}
+	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, capacity: capacity, best: owner, bestLoad: math.Inf(1), found: -1}
 	// The walk goes to the concrete ring so that w.visit does not escape
 	// and this path does not allocate.
-	switch {
-	case s.skipper != nil:
+	switch s.kind {
+	case kindSkipper:
 		s.skipper.Walk(h, w.visit)
-	case s.ringHash != nil:
+	case kindRingHash:
 		s.ringHash.Walk(h, w.visit)
 	default:
 		s.maglev.Walk(h, w.visit)
@@ -380,13 +405,18 @@ func (b *Balancer) runTicker(ctx context.Context) {
 // load counters across updates by address.
 func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, fade fader) {
 	s := &ringState{policy: policy, eps: eps, ring: ring, fade: fade, stats: make([]*endpointStats, len(eps))}
+	s.pure = !b.opts.bounded && fade == nil
 	switch r := ring.(type) {
 	case *ringhash.Skipper:
-		s.skipper = r
+		s.kind, s.skipper = kindSkipper, r
 	case *ringhash.RingHash:
-		s.ringHash = r
+		s.kind, s.ringHash = kindRingHash, r
 	case *ringhash.Maglev:
-		s.maglev = r
+		s.kind, s.maglev = kindMaglev, r
+	default:
+		// Decode builds only these three; anything else is a programming
+		// error that must not reach the pick path.
+		panic(fmt.Sprintf("clientlib: unsupported ring type %T", ring))
 	}
 	b.mu.Lock()
 	next := make(map[string]*endpointStats, len(eps))

@@ -36,7 +36,7 @@ type endpointStats struct {
 	occ      atomic.Uint64 // float64 bits: seconds of work per second
 	penalty  atomic.Uint64 // float64 bits: min(latency / cluster latency, 5)
 	frozen   atomic.Bool
-	_        [64 - 25]byte
+	_        [64 - 3*8 - 4]byte
 
 	// Written on completion, read by the ticker.
 	lastProgress atomic.Int64 // unix nanos of the last completion or 0 -> 1 in-flight step
