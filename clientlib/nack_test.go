@@ -168,4 +168,3 @@ func TestInvalidResourcesAreNACKedAndTheOldRingKept(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the valid update", func() bool { return len(b.Endpoints()) == 4 })
 }
-
