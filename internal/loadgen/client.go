@@ -1,0 +1,519 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// clientKind is how a simulated client talks to the server.
+type clientKind int
+
+const (
+	// envoySotW subscribes to all clusters over SotW ADS, as Envoy does with
+	// a wildcard CDS and an EDS request naming every cluster.
+	envoySotW clientKind = iota
+	// envoyDelta does the same over delta (incremental) ADS.
+	envoyDelta
+	// grpcSotW resolves xds:///cluster as grpc-go does: LDS, RDS, CDS, EDS
+	// for the clusters it dials, over SotW ADS.
+	grpcSotW
+)
+
+func (k clientKind) String() string {
+	switch k {
+	case envoySotW:
+		return "envoy-sotw"
+	case envoyDelta:
+		return "envoy-delta"
+	}
+	return "grpc-sotw"
+}
+
+func (k clientKind) protocol() string {
+	if k == envoyDelta {
+		return "delta"
+	}
+	return "sotw"
+}
+
+// sample is the first arrival at a client of a cluster's generation.
+type sample struct {
+	cluster, gen int
+	at           time.Time
+}
+
+// shared is what every client of a run uses.
+type shared struct {
+	topo    *topology
+	decoder *decoder
+	// reconnectJitter bounds the random wait before a client reopens its
+	// stream, so a storm is a storm and not a lockstep.
+	reconnectJitter time.Duration
+	log             *zap.Logger
+}
+
+// client is one simulated data plane with its own ADS stream. Its protocol
+// state survives reconnects, as a real client's does: on a new stream it
+// asks again for what it holds, with the versions it holds.
+type client struct {
+	id     int
+	kind   clientKind
+	node   *core.Node
+	conn   grpc.ClientConnInterface
+	gate   *gate // non-nil for a client that can be made to stop reading
+	sh     *shared
+	dialed []string // gRPC kind: the clusters it resolves
+	rng    *rand.Rand
+
+	// Protocol state, touched only by the client's goroutine.
+	sotw  map[string]*sotwState
+	delta map[string]*deltaState
+
+	mu sync.Mutex
+	// last is the newest generation received per cluster index.
+	last map[int]int
+	// watched are the cluster indexes of the EDS names subscribed.
+	watched     map[int]bool
+	samples     []sample
+	stale       int
+	unknown     int
+	errs        []error
+	sessions    int
+	sessionAt   time.Time
+	lastEDSAt   time.Time
+	edsBytes    int64
+	edsPushes   int
+	redundant   int
+	sessionEDS  bool
+	established bool
+}
+
+type sotwState struct {
+	names   []string
+	version string
+	nonce   string
+	sent    bool
+}
+
+type deltaState struct {
+	versions   map[string]string
+	subscribed map[string]bool
+}
+
+func newClient(id int, kind clientKind, conn grpc.ClientConnInterface, g *gate, sh *shared, dialed []string, seed uint64) *client {
+	role := ""
+	if g != nil {
+		role = "slow-"
+	}
+	n := &core.Node{Id: fmt.Sprintf("loadgen-%s%s-%d", role, kind, id), Cluster: "xds-loadgen"}
+	if kind == grpcSotW {
+		n.UserAgentName = "gRPC Go"
+		n.UserAgentVersionType = &core.Node_UserAgentVersion{UserAgentVersion: "1.85.0"}
+	} else {
+		n.UserAgentName = "envoy"
+		n.UserAgentVersionType = &core.Node_UserAgentVersion{UserAgentVersion: "1.37.0"}
+	}
+	c := &client{
+		id: id, kind: kind, node: n, conn: conn, gate: g, sh: sh, dialed: dialed,
+		rng:     rand.New(rand.NewPCG(seed, uint64(id))),
+		sotw:    map[string]*sotwState{},
+		delta:   map[string]*deltaState{},
+		last:    map[int]int{},
+		watched: map[int]bool{},
+	}
+	return c
+}
+
+// run keeps a stream open until ctx ends, reopening it after any failure.
+func (c *client) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		var err error
+		if c.kind == envoyDelta {
+			err = c.deltaSession(ctx)
+		} else {
+			err = c.sotwSession(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !isStreamEnd(err) {
+			c.fail(err)
+		}
+		if err != nil {
+			c.sh.log.Debug("stream ended", zap.String("node", c.node.GetId()), zap.Error(err))
+		}
+		wait := time.Duration(0)
+		if c.sh.reconnectJitter > 0 {
+			wait = time.Duration(c.rng.Int64N(int64(c.sh.reconnectJitter)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *client) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.errs) < 5 {
+		c.errs = append(c.errs, err)
+	}
+}
+
+func (c *client) beginSession() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sessions++
+	c.sessionAt = time.Time{}
+	c.sessionEDS = false
+}
+
+// sotwSession runs one SotW ADS stream.
+func (c *client) sotwSession(ctx context.Context) error {
+	ads := discovery.NewAggregatedDiscoveryServiceClient(c.conn)
+	st, err := ads.StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("open SotW stream: %w", err)
+	}
+	c.beginSession()
+	for _, s := range c.sotw {
+		s.nonce, s.sent = "", false
+	}
+	first := true
+	send := func(typeURL string) error {
+		s := c.sotwFor(typeURL)
+		req := &discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: s.version, ResponseNonce: s.nonce, ResourceNames: s.names}
+		if first {
+			req.Node, first = c.node, false
+		}
+		s.sent = true
+		if err := st.Send(req); err != nil {
+			return fmt.Errorf("send %s: %w", shortType(typeURL), err)
+		}
+		return nil
+	}
+	// A reconnecting client asks again for everything it held, with the
+	// version it held, in dependency order.
+	if c.kind == grpcSotW {
+		c.sotwFor(resource.ListenerType).names = c.dialed
+		for _, t := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
+			if t == resource.ListenerType || len(c.sotwFor(t).names) > 0 {
+				if err := send(t); err != nil {
+					return err
+				}
+			}
+		}
+	} else {
+		if err := send(resource.ClusterType); err != nil {
+			return err
+		}
+		if len(c.sotwFor(resource.EndpointType).names) > 0 {
+			if err := send(resource.EndpointType); err != nil {
+				return err
+			}
+		}
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		c.markSession(now)
+		typeURL := resp.GetTypeUrl()
+		s := c.sotwFor(typeURL)
+		var next string // the type whose subscription this response changes
+		var refs []string
+		switch typeURL {
+		case resource.EndpointType:
+			c.observeEDS(resp.GetResources(), now, proto.Size(resp))
+		case resource.ListenerType, resource.RouteType, resource.ClusterType:
+			refs, err = c.refsOf(resp.GetResources())
+			if err != nil {
+				c.fail(err)
+			}
+			next = map[string]string{resource.ListenerType: resource.RouteType, resource.RouteType: resource.ClusterType, resource.ClusterType: resource.EndpointType}[typeURL]
+		}
+		s.version, s.nonce = resp.GetVersionInfo(), resp.GetNonce()
+		if err := send(typeURL); err != nil { // ACK
+			return err
+		}
+		if next != "" {
+			slices.Sort(refs)
+			refs = slices.Compact(refs)
+			ns := c.sotwFor(next)
+			if !slices.Equal(ns.names, refs) || !ns.sent {
+				ns.names = refs
+				if next == resource.EndpointType {
+					c.setWatched(refs)
+				}
+				if err := send(next); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (c *client) sotwFor(typeURL string) *sotwState {
+	s := c.sotw[typeURL]
+	if s == nil {
+		s = &sotwState{}
+		c.sotw[typeURL] = s
+	}
+	return s
+}
+
+// deltaSession runs one delta ADS stream. On a reconnect it sends the
+// resource versions it holds, so the server can skip what did not change.
+func (c *client) deltaSession(ctx context.Context) error {
+	ads := discovery.NewAggregatedDiscoveryServiceClient(c.conn)
+	st, err := ads.DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("open delta stream: %w", err)
+	}
+	c.beginSession()
+	cds, eds := c.deltaFor(resource.ClusterType), c.deltaFor(resource.EndpointType)
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{
+		Node: c.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: cds.versions,
+	}); err != nil {
+		return fmt.Errorf("send cds: %w", err)
+	}
+	if len(eds.subscribed) > 0 {
+		names := sortedKeys(eds.subscribed)
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{
+			TypeUrl: resource.EndpointType, ResourceNamesSubscribe: names, InitialResourceVersions: eds.versions,
+		}); err != nil {
+			return fmt.Errorf("send eds: %w", err)
+		}
+	}
+	// The stream is usable as soon as it is open: with all versions current
+	// the server rightly sends nothing.
+	c.markSession(time.Now())
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		typeURL := resp.GetTypeUrl()
+		ds := c.deltaFor(typeURL)
+		anys := make([]*anypb.Any, 0, len(resp.GetResources()))
+		for _, r := range resp.GetResources() {
+			ds.versions[r.GetName()] = r.GetVersion()
+			anys = append(anys, r.GetResource())
+		}
+		for _, name := range resp.GetRemovedResources() {
+			delete(ds.versions, name)
+		}
+		var sub, unsub []string
+		switch typeURL {
+		case resource.EndpointType:
+			c.observeEDS(anys, now, proto.Size(resp))
+		case resource.ClusterType:
+			refs, err := c.refsOf(anys)
+			if err != nil {
+				c.fail(err)
+			}
+			for _, name := range refs {
+				if !eds.subscribed[name] {
+					eds.subscribed[name] = true
+					sub = append(sub, name)
+				}
+			}
+			// A removed cluster takes its EDS subscription with it; names
+			// are equal by construction (see internal/snapshot).
+			for _, name := range resp.GetRemovedResources() {
+				if eds.subscribed[name] {
+					delete(eds.subscribed, name)
+					delete(eds.versions, name)
+					unsub = append(unsub, name)
+				}
+			}
+		}
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typeURL, ResponseNonce: resp.GetNonce()}); err != nil {
+			return fmt.Errorf("ack %s: %w", shortType(typeURL), err)
+		}
+		if len(sub) > 0 || len(unsub) > 0 {
+			c.setWatched(sortedKeys(eds.subscribed))
+			if err := st.Send(&discovery.DeltaDiscoveryRequest{
+				TypeUrl: resource.EndpointType, ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub,
+			}); err != nil {
+				return fmt.Errorf("send eds: %w", err)
+			}
+		}
+	}
+}
+
+func (c *client) deltaFor(typeURL string) *deltaState {
+	s := c.delta[typeURL]
+	if s == nil {
+		s = &deltaState{versions: map[string]string{}, subscribed: map[string]bool{}}
+		c.delta[typeURL] = s
+	}
+	return s
+}
+
+func (c *client) refsOf(anys []*anypb.Any) ([]string, error) {
+	var refs []string
+	var errs []error
+	for _, a := range anys {
+		d, err := c.sh.decoder.decode(a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		refs = append(refs, d.refs...)
+	}
+	return refs, errors.Join(errs...)
+}
+
+func (c *client) markSession(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessionAt.IsZero() {
+		c.sessionAt = now
+	}
+}
+
+func (c *client) setWatched(edsNames []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watched = map[int]bool{}
+	for _, n := range edsNames {
+		if ci, ok := c.sh.topo.byName[n]; ok {
+			c.watched[ci] = true
+		}
+	}
+}
+
+// observeEDS checks every assignment received against the file's history.
+func (c *client) observeEDS(anys []*anypb.Any, now time.Time, size int) {
+	type got struct{ ci, gen int }
+	seen := make([]got, 0, len(anys))
+	var errs []error
+	for _, a := range anys {
+		d, err := c.sh.decoder.decode(a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ci, gen := c.sh.topo.lookup(d.name, d.fp)
+		if ci < 0 {
+			errs = append(errs, fmt.Errorf("EDS for unknown cluster %q", d.name))
+			continue
+		}
+		seen = append(seen, got{ci, gen})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, err := range errs {
+		if len(c.errs) < 5 {
+			c.errs = append(c.errs, err)
+		}
+	}
+	c.edsBytes += int64(size)
+	c.edsPushes++
+	c.lastEDSAt = now
+	for _, g := range seen {
+		if g.gen < 0 {
+			c.unknown++
+			continue
+		}
+		last, known := c.last[g.ci]
+		switch {
+		case known && g.gen < last:
+			// Older than what the client already holds: a real client would
+			// roll back its endpoints.
+			c.stale++
+		case known && g.gen == last:
+			if c.sessionEDS {
+				c.redundant++
+			}
+		default:
+			if known {
+				for gen := last + 1; gen <= g.gen; gen++ {
+					c.samples = append(c.samples, sample{g.ci, gen, now})
+				}
+			}
+			c.last[g.ci] = g.gen
+		}
+	}
+	c.sessionEDS = true
+}
+
+// converged reports whether the client holds the target generation of
+// every cluster it should watch: all of them for Envoy-like clients, the
+// dialed ones for gRPC-like clients.
+func (c *client) converged(target []int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.convergedLocked(target)
+}
+
+func (c *client) convergedLocked(target []int) bool {
+	if c.kind == grpcSotW {
+		for _, name := range c.dialed {
+			ci := c.sh.topo.byName[name]
+			if g, ok := c.last[ci]; !ok || g != target[ci] {
+				return false
+			}
+		}
+		return true
+	}
+	if len(c.watched) != len(target) {
+		return false
+	}
+	for ci, want := range target {
+		if g, ok := c.last[ci]; !ok || g != want {
+			return false
+		}
+	}
+	return true
+}
+
+// watches reports whether the client subscribes to cluster ci.
+func (c *client) watches(ci int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watched[ci]
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func shortType(typeURL string) string {
+	switch typeURL {
+	case resource.ClusterType:
+		return "cds"
+	case resource.EndpointType:
+		return "eds"
+	case resource.ListenerType:
+		return "lds"
+	case resource.RouteType:
+		return "rds"
+	}
+	return typeURL
+}

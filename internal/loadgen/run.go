@@ -1,0 +1,522 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Result is what a run measured. Durations are in milliseconds; a negative
+// server figure means the debug address was not available.
+type Result struct {
+	Clients, Clusters, Endpoints, Changes int
+	Converged                             int
+	P50, P99, Max                         float64
+	Samples                               int
+	ServerRSSMB                           float64
+	RSSPerClientKB, HeapPerClientKB       float64
+	BytesPerChange                        float64
+	SotWBytesPerPush, DeltaBytesPerPush   float64
+	Stale, Unknown                        int
+	Errors                                []string
+	ConnectSeconds                        float64
+	Load                                  float64
+
+	Slow *SlowResult
+	// Storm is set for a reconnect storm.
+	Storm *StormResult
+}
+
+// SlowResult is the slow-consumer phase.
+type SlowResult struct {
+	Consumers            int
+	BaselineP99, SlowP99 float64
+	// P99ChangePct is how much the other clients' p99 moved.
+	P99ChangePct float64
+	MaxRSSMB     float64
+	// Disconnected is how many slow consumers the server closed within
+	// SlowWait, and DisconnectSeconds when the last one went.
+	Disconnected      int
+	DisconnectSeconds float64
+}
+
+// StormResult is the reconnect storm after a server restart.
+type StormResult struct {
+	Resynced             int
+	ResyncP50, ResyncP99 float64
+	ResyncMax            float64
+}
+
+// OK reports whether every client converged and none ever saw stale or
+// unknown content.
+func (r *Result) OK() bool {
+	ok := r.Converged == r.Clients && r.Stale == 0 && r.Unknown == 0 && len(r.Errors) == 0
+	if r.Storm != nil {
+		ok = ok && r.Storm.Resynced == r.Clients
+	}
+	return ok
+}
+
+// Line is the one-line summary the command ends with.
+func (r *Result) Line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "clients=%d clusters=%d endpoints=%d changes=%d converged=%d/%d propagation_p50_ms=%s propagation_p99_ms=%s propagation_max_ms=%s server_rss_mb=%s bytes_per_change=%s",
+		r.Clients, r.Clusters, r.Endpoints, r.Changes, r.Converged, r.Clients,
+		num(r.P50, 1), num(r.P99, 1), num(r.Max, 1), num(r.ServerRSSMB, 1), num(r.BytesPerChange, 0))
+	fmt.Fprintf(&b, " rss_per_client_kb=%s heap_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d errors=%d connect_s=%s load1=%s",
+		num(r.RSSPerClientKB, 1), num(r.HeapPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
+		r.Stale, r.Unknown, len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
+	if s := r.Slow; s != nil {
+		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
+			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), num(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
+			s.Disconnected, s.Consumers, num(s.DisconnectSeconds, 1))
+	}
+	if s := r.Storm; s != nil {
+		fmt.Fprintf(&b, " storm_resynced=%d/%d storm_resync_p50_ms=%s storm_resync_p99_ms=%s storm_resync_max_ms=%s",
+			s.Resynced, r.Clients, num(s.ResyncP50, 1), num(s.ResyncP99, 1), num(s.ResyncMax, 1))
+	}
+	return b.String()
+}
+
+// num formats a figure, or NA for one that was not measured.
+func num(v float64, prec int) string {
+	if v < 0 || math.IsNaN(v) {
+		return "NA"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+type runner struct {
+	cfg     Config
+	log     *zap.Logger
+	sh      *shared
+	rng     *rand.Rand
+	dbg     *debugClient
+	xdsAddr string
+
+	clients []*client // measured clients
+	slow    []*client
+	gates   []*gate
+	conns   []*grpc.ClientConn
+}
+
+// Run executes the configured scenario. It returns an error only when the
+// run could not be carried out; a run whose clients failed to converge
+// returns a Result whose OK is false.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	topo, err := newTopology(cfg.File, cfg.Clusters, cfg.Endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	r := &runner{
+		cfg: cfg, log: cfg.Logger,
+		sh:  &shared{topo: topo, decoder: newDecoder(), reconnectJitter: cfg.ReconnectJitter, log: cfg.Logger},
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6c6f6164)),
+	}
+	if err := topo.write(topo.render()); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	r.xdsAddr = cfg.Server
+	debugAddr := cfg.Debug
+	if cfg.Lifecycle != nil {
+		if r.xdsAddr, debugAddr, err = cfg.Lifecycle.Start(ctx); err != nil {
+			return nil, fmt.Errorf("loadgen: start server: %w", err)
+		}
+	}
+	if debugAddr != "" {
+		r.dbg = newDebugClient(debugAddr)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		for _, g := range r.gates {
+			g.release()
+		}
+		for _, cc := range r.conns {
+			_ = cc.Close()
+		}
+		wg.Wait()
+	}()
+	return r.run(ctx, &wg)
+}
+
+func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
+	cfg := r.cfg
+	res := &Result{Clients: cfg.Clients, Clusters: cfg.Clusters, Endpoints: cfg.Endpoints, Changes: cfg.Changes,
+		ServerRSSMB: -1, RSSPerClientKB: -1, HeapPerClientKB: -1, BytesPerChange: -1, P50: -1, P99: -1, Max: -1,
+		SotWBytesPerPush: -1, DeltaBytesPerPush: -1}
+	// The idle figure is taken with the file loaded and no client: what
+	// each client adds is measured against it.
+	idle, _ := r.settledMetrics(ctx)
+
+	if err := r.makeClients(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r.startClients(ctx, wg)
+	all := append(slices.Clone(r.clients), r.slow...)
+	if err := r.waitConverged(ctx, all, "clients to connect and receive every cluster"); err != nil {
+		r.collect(res, nil)
+		return res, nil
+	}
+	res.ConnectSeconds = time.Since(start).Seconds()
+	r.log.Info("clients connected and converged", zap.Int("clients", len(all)), zap.Duration("took", time.Since(start)))
+
+	if loaded, err := r.settledMetrics(ctx); err == nil && idle != nil {
+		n := float64(len(all))
+		rss := loaded.sum("process_resident_memory_bytes")
+		res.ServerRSSMB = rss / (1 << 20)
+		res.RSSPerClientKB = (rss - idle.sum("process_resident_memory_bytes")) / n / 1024
+		res.HeapPerClientKB = (loaded.sum("go_memstats_heap_inuse_bytes") - idle.sum("go_memstats_heap_inuse_bytes")) / n / 1024
+		r.log.Info("server memory", zap.Float64("idle_rss_mb", idle.sum("process_resident_memory_bytes")/(1<<20)),
+			zap.Float64("loaded_rss_mb", res.ServerRSSMB),
+			zap.Float64("goroutines_per_client", (loaded.sum("go_goroutines")-idle.sum("go_goroutines"))/n))
+	}
+
+	// The measured phase.
+	before := r.metricsOrNil(ctx)
+	bytesBefore := r.clientBytes()
+	var profDone chan error
+	if cfg.CPUProfile != "" && r.dbg != nil {
+		secs := int(math.Ceil((time.Duration(cfg.Changes)*cfg.ChangeInterval + 2*time.Second).Seconds()))
+		profDone = make(chan error, 1)
+		go func() { profDone <- r.dbg.cpuProfile(ctx, secs, cfg.CPUProfile) }()
+	}
+	phase, err := r.changes(ctx, cfg.Changes)
+	if err != nil {
+		return nil, err
+	}
+	convErr := r.waitConverged(ctx, r.clients, "every client to receive every change")
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			r.log.Warn("no server CPU profile", zap.Error(err))
+		} else {
+			r.log.Info("server CPU profile saved", zap.String("path", cfg.CPUProfile))
+		}
+	}
+	lat := r.latencies(phase)
+	res.Samples = len(lat)
+	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+	if after := r.metricsOrNil(ctx); before != nil && after != nil && cfg.Changes > 0 {
+		res.BytesPerChange = (after.sum("ringxds_xds_bytes_sent_total") - before.sum("ringxds_xds_bytes_sent_total")) / float64(cfg.Changes)
+	}
+	res.SotWBytesPerPush, res.DeltaBytesPerPush = r.clientBytes().since(bytesBefore)
+	if convErr != nil {
+		r.collect(res, all)
+		return res, nil
+	}
+
+	if cfg.SlowConsumers > 0 {
+		s, err := r.slowPhase(ctx, res.P99)
+		if err != nil {
+			return nil, err
+		}
+		res.Slow = s
+	}
+	if cfg.Storm {
+		s, err := r.storm(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Storm = s
+	}
+	r.collect(res, r.clients)
+	return res, nil
+}
+
+// collect fills in convergence and correctness over the measured clients,
+// and checks (slow consumers aside) every client's history.
+func (r *runner) collect(res *Result, _ []*client) {
+	target := r.sh.topo.latest()
+	res.Load = loadAverage()
+	for _, c := range r.clients {
+		if c.converged(target) {
+			res.Converged++
+		}
+	}
+	for _, c := range append(slices.Clone(r.clients), r.slow...) {
+		c.mu.Lock()
+		res.Stale += c.stale
+		res.Unknown += c.unknown
+		for _, err := range c.errs {
+			if len(res.Errors) < 20 {
+				res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", c.node.GetId(), err))
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (r *runner) metricsOrNil(ctx context.Context) promText {
+	if r.dbg == nil {
+		return nil
+	}
+	m, err := r.dbg.metrics(ctx)
+	if err != nil {
+		r.log.Warn("cannot scrape server metrics", zap.Error(err))
+		return nil
+	}
+	return m
+}
+
+// settledMetrics scrapes after a pause, so the figures are not caught in
+// the middle of a burst of allocation.
+func (r *runner) settledMetrics(ctx context.Context) (promText, error) {
+	if r.dbg == nil {
+		return nil, errors.New("no debug address")
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	m := r.metricsOrNil(ctx)
+	if m == nil || !m.has("process_resident_memory_bytes") {
+		return nil, errors.New("the server exposes no process_resident_memory_bytes")
+	}
+	return m, nil
+}
+
+// makeClients builds the mix: gRPC-like clients first in a shuffled order,
+// each dialing GRPCClusters clusters spread over all of them.
+func (r *runner) makeClients() error {
+	cfg := r.cfg
+	nGRPC := int(math.Round(float64(cfg.Clients) * cfg.GRPCFraction))
+	nDelta := int(math.Round(float64(cfg.Clients-nGRPC) * cfg.DeltaFraction))
+	kinds := make([]clientKind, cfg.Clients)
+	for i := range kinds {
+		switch {
+		case i < nGRPC:
+			kinds[i] = grpcSotW
+		case i < nGRPC+nDelta:
+			kinds[i] = envoyDelta
+		default:
+			kinds[i] = envoySotW
+		}
+	}
+	r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	names := r.sh.topo.names()
+
+	var shared []*grpc.ClientConn
+	for range cfg.Conns {
+		cc, err := r.dial(nil)
+		if err != nil {
+			return err
+		}
+		shared = append(shared, cc)
+	}
+	g := 0
+	for i, k := range kinds {
+		var conn *grpc.ClientConn
+		if len(shared) > 0 {
+			conn = shared[i%len(shared)]
+		} else {
+			cc, err := r.dial(nil)
+			if err != nil {
+				return err
+			}
+			conn = cc
+		}
+		var dialed []string
+		if k == grpcSotW {
+			// Spread the gRPC clients' clusters evenly, several per client
+			// consecutive, so every cluster has proxyless subscribers.
+			for j := range cfg.GRPCClusters {
+				dialed = append(dialed, names[(g*cfg.GRPCClusters+j)%len(names)])
+			}
+			slices.Sort(dialed)
+			dialed = slices.Compact(dialed)
+			g++
+		}
+		r.clients = append(r.clients, newClient(i, k, conn, nil, r.sh, dialed, cfg.Seed))
+	}
+	for i := range cfg.SlowConsumers {
+		gt := newGate()
+		cc, err := r.dial(gt)
+		if err != nil {
+			return err
+		}
+		r.gates = append(r.gates, gt)
+		r.slow = append(r.slow, newClient(i, envoySotW, cc, gt, r.sh, nil, cfg.Seed))
+	}
+	return nil
+}
+
+// dial opens a client connection. Reconnect backoff is short so that a
+// restarted server sees its clients back at once (the storm), as Envoy's
+// 500 ms base backoff also brings them back within a second.
+func (r *runner) dial(g *gate) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
+	if g != nil {
+		opts = append(opts, grpc.WithContextDialer(g.dialer()))
+	}
+	cc, err := grpc.NewClient(r.xdsAddr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: dial %s: %w", r.xdsAddr, err)
+	}
+	r.conns = append(r.conns, cc)
+	return cc, nil
+}
+
+// startClients starts the clients in batches, so the listen backlog is
+// not what is measured.
+func (r *runner) startClients(ctx context.Context, wg *sync.WaitGroup) {
+	all := append(slices.Clone(r.clients), r.slow...)
+	for i, c := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.run(ctx)
+		}()
+		if i%250 == 249 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// waitConverged waits until every client in cs holds the latest generation
+// of every cluster it watches.
+func (r *runner) waitConverged(ctx context.Context, cs []*client, what string) error {
+	target := r.sh.topo.latest()
+	return r.waitFor(ctx, cs, what, func(c *client) bool { return c.converged(target) })
+}
+
+// waitFor waits until ok holds for every client in cs, or the timeout.
+func (r *runner) waitFor(ctx context.Context, cs []*client, what string, ok func(*client) bool) error {
+	deadline := time.Now().Add(r.cfg.Timeout)
+	for {
+		n := 0
+		for _, c := range cs {
+			if ok(c) {
+				n++
+			}
+		}
+		if n == len(cs) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			r.log.Error("timed out waiting", zap.String("for", what), zap.Int("converged", n), zap.Int("clients", len(cs)),
+				zap.Duration("timeout", r.cfg.Timeout))
+			return fmt.Errorf("timed out after %v waiting for %s: %d/%d", r.cfg.Timeout, what, n, len(cs))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// phaseChange is one write of the file.
+type phaseChange struct{ cluster, gen int }
+
+// changes writes k changes, ChangeInterval apart.
+func (r *runner) changes(ctx context.Context, k int) ([]phaseChange, error) {
+	var out []phaseChange
+	tick := time.NewTicker(r.cfg.ChangeInterval)
+	defer tick.Stop()
+	for i := range k {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return out, ctx.Err()
+			case <-tick.C:
+			}
+		}
+		ci, gen, err := r.sh.topo.change(r.rng)
+		if err != nil {
+			return out, fmt.Errorf("loadgen: %w", err)
+		}
+		out = append(out, phaseChange{ci, gen})
+	}
+	return out, nil
+}
+
+// latencies returns, in milliseconds, the time from each change's write to
+// its arrival at each measured client that holds the cluster.
+func (r *runner) latencies(phase []phaseChange) []float64 {
+	want := make(map[phaseChange]time.Time, len(phase))
+	for _, p := range phase {
+		want[p] = r.sh.topo.writtenAt(p.cluster, p.gen)
+	}
+	var out []float64
+	for _, c := range r.clients {
+		c.mu.Lock()
+		for _, s := range c.samples {
+			if at, ok := want[phaseChange{s.cluster, s.gen}]; ok {
+				out = append(out, float64(s.at.Sub(at))/float64(time.Millisecond))
+			}
+		}
+		c.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// percentile is nearest-rank over sorted values; -1 when there are none.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return -1
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// edsTotals are the EDS bytes and pushes the measured clients received, by
+// protocol.
+type edsTotals struct{ sotwBytes, sotwPushes, deltaBytes, deltaPushes int64 }
+
+func (r *runner) clientBytes() edsTotals {
+	var t edsTotals
+	for _, c := range r.clients {
+		c.mu.Lock()
+		if c.kind == envoyDelta {
+			t.deltaBytes += c.edsBytes
+			t.deltaPushes += int64(c.edsPushes)
+		} else {
+			t.sotwBytes += c.edsBytes
+			t.sotwPushes += int64(c.edsPushes)
+		}
+		c.mu.Unlock()
+	}
+	return t
+}
+
+// since returns the mean EDS response size per protocol since b.
+func (t edsTotals) since(b edsTotals) (sotw, delta float64) {
+	sotw, delta = -1, -1
+	if n := t.sotwPushes - b.sotwPushes; n > 0 {
+		sotw = float64(t.sotwBytes-b.sotwBytes) / float64(n)
+	}
+	if n := t.deltaPushes - b.deltaPushes; n > 0 {
+		delta = float64(t.deltaBytes-b.deltaBytes) / float64(n)
+	}
+	return sotw, delta
+}
