@@ -1,0 +1,190 @@
+package grpcbalancer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
+	"google.golang.org/grpc/balancer/endpointsharding"
+	"google.golang.org/grpc/balancer/pickfirst"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/experimental/balancer/weight"
+	ringhashattr "google.golang.org/grpc/resolver/ringhash"
+	"google.golang.org/grpc/serviceconfig"
+
+	"github.com/ringxds/ringxds/internal/ringhash"
+)
+
+func init() {
+	balancer.Register(builder{})
+}
+
+type builder struct{}
+
+func (builder) Name() string { return Name }
+
+func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	return parseConfig(js)
+}
+
+func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	b := &ringBalancer{ClientConn: cc}
+	// One pick_first child per endpoint, as grpc-go's ring_hash has; the
+	// ring decides between children, each child owns its connection.
+	b.child = endpointsharding.NewBalancer(b, opts, balancer.Get(pickfirst.Name).Build, endpointsharding.Options{})
+	return b
+}
+
+// ringBalancer embeds the parent ClientConn to intercept the child's
+// UpdateState and put a ring picker in front of the per-endpoint pickers.
+type ringBalancer struct {
+	balancer.ClientConn
+	child balancer.Balancer
+
+	mu   sync.Mutex
+	cfg  *config
+	keys []string // ring keys and weights the ring was built from, in child order
+	ring ringhash.Ring
+}
+
+func (b *ringBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	cfg, ok := s.BalancerConfig.(*config)
+	if !ok {
+		return fmt.Errorf("%s: unexpected config type %T", Name, s.BalancerConfig)
+	}
+	b.mu.Lock()
+	if b.cfg == nil || *b.cfg != *cfg {
+		b.keys = nil // rebuild the ring on the next child update
+	}
+	b.cfg = cfg
+	b.mu.Unlock()
+	return b.child.UpdateClientConnState(balancer.ClientConnState{
+		// Lets outlier detection, when configured, see the children.
+		ResolverState: pickfirst.EnableHealthListener(s.ResolverState),
+	})
+}
+
+func (b *ringBalancer) ResolverError(err error) { b.child.ResolverError(err) }
+
+func (b *ringBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	b.child.UpdateSubConnState(sc, s)
+}
+
+func (b *ringBalancer) ExitIdle() { b.child.ExitIdle() }
+
+func (b *ringBalancer) Close() { b.child.Close() }
+
+// UpdateState receives the children's states from endpointsharding.
+func (b *ringBalancer) UpdateState(s balancer.State) {
+	children := endpointsharding.ChildStatesFromPicker(s.Picker)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(children) == 0 || b.cfg == nil {
+		b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: base.NewErrPicker(errors.New(Name + ": no endpoints"))})
+		return
+	}
+	eps, err := b.ringEndpoints(children)
+	if err == nil {
+		// endpointsharding hands children over in a rotated order that
+		// changes between updates; sorting by ring key keeps the ring's
+		// indices stable, so an unchanged endpoint set reuses the ring.
+		order := make([]int, len(eps))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(x, y int) int { return strings.Compare(eps[x].Key, eps[y].Key) })
+		sortedEps := make([]ringhash.Endpoint, len(eps))
+		sortedChildren := make([]endpointsharding.ChildState, len(eps))
+		for i, o := range order {
+			sortedEps[i], sortedChildren[i] = eps[o], children[o]
+		}
+		eps, children = sortedEps, sortedChildren
+		keys := make([]string, len(eps))
+		for i, ep := range eps {
+			keys[i] = ep.Key + "/" + strconv.FormatUint(uint64(ep.Weight), 10)
+		}
+		if !slices.Equal(keys, b.keys) {
+			err = b.buildRing(eps)
+			if err == nil {
+				b.keys = keys
+			}
+		}
+	}
+	if err != nil {
+		b.keys = nil
+		b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: base.NewErrPicker(fmt.Errorf("%s: %w", Name, err))})
+		return
+	}
+
+	p := &picker{ring: b.ring, header: b.cfg.HashHeader, children: make([]balancer.State, len(children))}
+	state := connectivity.TransientFailure
+	for i, c := range children {
+		p.children[i] = c.State
+		switch c.State.ConnectivityState {
+		case connectivity.Ready:
+			state = connectivity.Ready
+		case connectivity.Connecting, connectivity.Idle:
+			if state != connectivity.Ready {
+				state = connectivity.Connecting
+			}
+		}
+	}
+	b.ClientConn.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
+}
+
+// ringEndpoints turns the children into ring members, index for index.
+func (b *ringBalancer) ringEndpoints(children []endpointsharding.ChildState) ([]ringhash.Endpoint, error) {
+	eps := make([]ringhash.Endpoint, len(children))
+	for i, c := range children {
+		if len(c.Endpoint.Addresses) == 0 {
+			return nil, fmt.Errorf("endpoint %d has no address", i)
+		}
+		addr := c.Endpoint.Addresses[0].Addr
+		switch b.cfg.Policy {
+		case ringhash.PolicySkipper:
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint %q: %w", addr, err)
+			}
+			p, err := strconv.ParseUint(port, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint %q: port: %w", addr, err)
+			}
+			eps[i] = ringhash.Endpoint{Key: ringhash.SkipperIdentity(b.cfg.Scheme, host, uint32(p))}
+		default:
+			key := ringhashattr.HashKey(c.Endpoint)
+			if key == "" {
+				key = addr
+			}
+			w := weight.FromEndpoint(c.Endpoint).Weight
+			eps[i] = ringhash.Endpoint{Key: key, Weight: max(w, 1)}
+		}
+	}
+	return eps, nil
+}
+
+func (b *ringBalancer) buildRing(eps []ringhash.Endpoint) error {
+	var err error
+	switch b.cfg.Policy {
+	case ringhash.PolicySkipper:
+		b.ring, err = ringhash.NewSkipper(eps)
+	case ringhash.PolicyRingHash:
+		// grpc-go's ring (balancer/ringhash): sorted by key, capped at 4096
+		// by default; ringxds publishes min = max <= 4096.
+		b.ring, err = ringhash.NewRingHash(eps, ringhash.RingHashOptions{
+			MinRingSize: b.cfg.MinRingSize, MaxRingSize: b.cfg.MaxRingSize, SortByKey: true,
+		})
+	case ringhash.PolicyMaglev:
+		b.ring, err = ringhash.NewMaglev(eps, b.cfg.TableSize)
+	}
+	return err
+}
