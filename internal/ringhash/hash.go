@@ -22,6 +22,7 @@ const (
 	MurmurHash2
 )
 
+// String returns Envoy's enum name for the hash function.
 func (f HashFunction) String() string {
 	switch f {
 	case XXHash:

@@ -76,6 +76,11 @@ func TestSortedRingMatchesBinarySearch(t *testing.T) {
 			}
 
 			r := newSortedRing(slices.Clone(hashes), slices.Clone(owners), endpoints)
+			// Both index forms must be exercised: 3000 entries in one
+			// bucket overflow the byte offsets, uniform hashes never do.
+			if wide := r.wide != nil; wide != (name == "clustered") {
+				t.Fatalf("wide index = %v", wide)
+			}
 			i := 0
 			r.entries(func(h uint64, o int) {
 				if h != ref[i].h || o != int(ref[i].o) {

@@ -56,15 +56,25 @@ const (
 // Errors returned by the builders. They are wrapped, with the offending
 // endpoint or value named, so match them with errors.Is.
 var (
-	ErrNoEndpoints         = errors.New("ringhash: empty endpoint set")
-	ErrEmptyKey            = errors.New("empty key")
-	ErrDuplicateKey        = errors.New("duplicate key")
-	ErrZeroWeight          = errors.New("zero weight")
-	ErrWeightUnsupported   = errors.New("weight other than 1 (Skipper rings are unweighted)")
-	ErrWeightSum           = errors.New("ringhash: sum of endpoint weights exceeds 4294967295")
-	ErrTooManyEndpoints    = errors.New("ringhash: too many endpoints")
-	ErrRingSize            = errors.New("ringhash: bad ring size")
-	ErrTableSize           = errors.New("ringhash: bad Maglev table size")
+	// ErrNoEndpoints: a ring needs at least one endpoint.
+	ErrNoEndpoints = errors.New("ringhash: empty endpoint set")
+	// ErrEmptyKey: every endpoint needs a key to hash.
+	ErrEmptyKey = errors.New("empty key")
+	// ErrDuplicateKey: two endpoints with one key would share ring entries.
+	ErrDuplicateKey = errors.New("duplicate key")
+	// ErrZeroWeight: Envoy rejects endpoint weight 0 for ring_hash and Maglev.
+	ErrZeroWeight = errors.New("zero weight")
+	// ErrWeightUnsupported: Skipper rings are unweighted.
+	ErrWeightUnsupported = errors.New("weight other than 1 (Skipper rings are unweighted)")
+	// ErrWeightSum: Envoy rejects weights summing to more than 2^32-1.
+	ErrWeightSum = errors.New("ringhash: sum of endpoint weights exceeds 4294967295")
+	// ErrTooManyEndpoints: more than 8,388,608 endpoints.
+	ErrTooManyEndpoints = errors.New("ringhash: too many endpoints")
+	// ErrRingSize: ring_hash sizes above 8,388,608 or minimum above maximum.
+	ErrRingSize = errors.New("ringhash: bad ring size")
+	// ErrTableSize: a Maglev table size that is not a prime <= 5,000,011.
+	ErrTableSize = errors.New("ringhash: bad Maglev table size")
+	// ErrUnknownHashFunction: a HashFunction other than XXHash or MurmurHash2.
 	ErrUnknownHashFunction = errors.New("ringhash: unknown hash function")
 )
 
@@ -75,10 +85,12 @@ type EndpointError struct {
 	Err   error  // the reason, matching one of the Err* sentinels
 }
 
+// Error names the endpoint by position and key, then the reason.
 func (e *EndpointError) Error() string {
 	return fmt.Sprintf("ringhash: endpoint %d (key %q): %v", e.Index, e.Key, e.Err)
 }
 
+// Unwrap returns the reason, so errors.Is matches the sentinels.
 func (e *EndpointError) Unwrap() error { return e.Err }
 
 // maxEndpoints bounds the endpoint count so an owner fits beside the hash
