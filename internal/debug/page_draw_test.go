@@ -3,6 +3,7 @@ package debug
 import (
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,16 +39,14 @@ func checkCover(t *testing.T, segs []segment) {
 	}
 }
 
-// ownerAt finds the segment holding fraction f (taken modulo 1).
+// ownerAt finds the segment holding fraction f in [0, 1): the first whose
+// end is at or past f, or the first segment, whose arc may wrap past zero.
 func ownerAt(segs []segment, f float64) int {
-	for _, s := range segs {
-		for _, g := range []float64{f, f - 1} {
-			if g > s.start && g <= s.end {
-				return s.owner
-			}
-		}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].end >= f })
+	if i == len(segs) {
+		i = 0
 	}
-	return -1
+	return segs[i].owner
 }
 
 // The drawing must say what the ring does: the arc a hash falls in belongs
