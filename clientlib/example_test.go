@@ -55,7 +55,6 @@ func serveExample(endpointsYAML string) (addr string, stop func()) {
 	return l.Addr().String(), func() { cancel(); g.Stop(); _ = os.RemoveAll(dir) }
 }
 
-
 func Example() {
 	addr, stop := serveExample(`
 clusters:
