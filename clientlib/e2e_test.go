@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringxds/ringxds/clientlib"
 )
 
@@ -374,5 +376,56 @@ func TestFadeInSendsOnlyOwnedKeys(t *testing.T) {
 				t.Fatalf("still fading after the window: %d", st.Fading)
 			}
 		})
+	}
+}
+
+// The collector exports the client's xDS state and each balancer's calls
+// and walk distances.
+func TestMetrics(t *testing.T) {
+	backends := startBackends(t, 5)
+	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "maglev", "", backends)), "")
+	reg := prometheus.NewRegistry()
+	c := dial(t, cp.xdsAddr, clientlib.WithRegisterer(reg))
+	b := balancer(t, c, "products")
+	hc := transportClient(b)
+	for i := range 20 {
+		if _, err := get(context.Background(), hc, fmt.Sprintf("k-%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"ringxds_clientlib_xds_connected":                             1,
+		"ringxds_clientlib_calls_total,cluster=products,result=ok":    20,
+		"ringxds_clientlib_walk_distance,cluster=products":            20,
+		"ringxds_clientlib_endpoints,cluster=products,state=all":      5,
+		"ringxds_clientlib_xds_responses_total,outcome=nack,type=cds": 0,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] < 1 {
+		t.Errorf("no EDS ACK counted: %v", got)
 	}
 }
