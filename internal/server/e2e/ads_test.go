@@ -213,11 +213,14 @@ func TestADSNackIsRecordedAndServingContinues(t *testing.T) {
 func TestTwoServersOnOneFilePublishIdenticalVersions(t *testing.T) {
 	// Replica a goes through an extra change before settling on the file's
 	// content; replica b starts from it. Counter-based versions would differ.
-	file := tempFile(t, strings.Replace(string(examples.DefaultEndpoints), "9102", "9112", 1))
+	// The changes touch inventory, which does not fade in new endpoints: a
+	// fading endpoint is, by design, published differently until its window
+	// ends (docs/fade-in.md).
+	file := tempFile(t, strings.Replace(string(examples.DefaultEndpoints), "9202", "9212", 1))
 	a := startControlPlane(t, file)
 	writeFile(t, file, string(examples.DefaultEndpoints))
 	waitFor(t, 5*time.Second, "replica a to load the final content", func() bool {
-		return !strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9112")
+		return !strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9212")
 	})
 	b := startControlPlane(t, file)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -256,13 +259,13 @@ func TestTwoServersOnOneFilePublishIdenticalVersions(t *testing.T) {
 	}
 	// A change moves both to the same new version.
 	before := sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.ClusterType, nil).GetVersionInfo()
-	changed := strings.Replace(string(examples.DefaultEndpoints), "9101", "9111", 1)
+	changed := strings.Replace(string(examples.DefaultEndpoints), "9201", "9211", 1)
 	writeFile(t, file, changed)
 	var va, vb string
 	waitFor(t, 5*time.Second, "both replicas to publish the change", func() bool {
-		va = sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.EndpointType, []string{"products"}).GetVersionInfo()
-		vb = sotwFetch(t, ctx, cb, node("replica-b", "envoy"), resource.EndpointType, []string{"products"}).GetVersionInfo()
-		return va == vb && a.pick("products", "x", "envoy").Endpoint != "" && strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9111") && strings.Contains(fmt.Sprint(b.srv.Current().State.Clusters), "9111")
+		va = sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.EndpointType, []string{"inventory"}).GetVersionInfo()
+		vb = sotwFetch(t, ctx, cb, node("replica-b", "envoy"), resource.EndpointType, []string{"inventory"}).GetVersionInfo()
+		return va == vb && strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9211") && strings.Contains(fmt.Sprint(b.srv.Current().State.Clusters), "9211")
 	})
 	if after := sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.ClusterType, nil).GetVersionInfo(); after != before {
 		t.Errorf("CDS version changed from %s to %s although only endpoints changed", before, after)
