@@ -343,7 +343,7 @@ func (b *Balancer) call(ctx context.Context, s *ringState, i int, fn func(contex
 	err := fn(ctx, s.eps[i])
 	end := time.Now()
 	bucket := b.load.bucket.Load()
-	st.done(end.UnixNano(), end.Sub(start), bucket)
+	st.done(end.UnixNano(), end.Sub(start), bucket, ctx.Err() == nil)
 	b.load.inflight.Add(-1)
 	b.calls.Add(1)
 	if err != nil {

@@ -191,9 +191,11 @@ func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerO
 		c.balancers[cluster] = b
 		go b.runTicker(c.ctx)
 		c.subscribedClusters = append(c.subscribedClusters, cluster)
-		names := slices.Clone(c.subscribedClusters)
+		// Subscribing under c.mu keeps concurrent first calls from
+		// sending their name lists out of order (lock order: c.mu, then
+		// the ADS client's).
+		c.ads.Subscribe(resourcev3.ClusterType, slices.Clone(c.subscribedClusters))
 		c.mu.Unlock()
-		c.ads.Subscribe(resourcev3.ClusterType, names)
 	} else {
 		c.mu.Unlock()
 	}
@@ -306,7 +308,7 @@ func (c *Client) onClusters(version string, resources []*anypb.Any) error {
 	for _, cds := range c.clusters {
 		names = append(names, edsName(cds))
 	}
-	go c.ads.Subscribe(resourcev3.EndpointType, names)
+	c.ads.Subscribe(resourcev3.EndpointType, names)
 	return c.rejectLocked(typeCDS, rejected)
 }
 

@@ -86,45 +86,49 @@ func TestFrozenBackendIsWalkedAround(t *testing.T) {
 		err     error
 	}
 	hc := transportClient(b)
-	run := func(ctx context.Context, workers int) []result {
-		out := make(chan []result, workers)
-		for w := range workers {
+	// Open loop: a new call every 500 us whatever the others do, so calls
+	// stuck on the frozen backend cannot slow the rest of the load down,
+	// as they would with a fixed pool of workers.
+	run := func(d time.Duration) []result {
+		out := make(chan result, 1<<14)
+		tick := time.NewTicker(500 * time.Microsecond)
+		defer tick.Stop()
+		end := time.Now().Add(d)
+		n := 0
+		for now := range tick.C {
+			if now.After(end) {
+				break
+			}
+			key := keys[n%len(keys)]
+			n++
 			go func() {
-				var rs []result
-				for i := w; ctx.Err() == nil; i += workers {
-					key := keys[i%len(keys)]
-					rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-					start := time.Now()
-					var ep string
-					err := b.Do(rctx, key, func(ctx context.Context, e clientlib.Endpoint) error {
-						ep = e.Addr
-						_, err := get(ctx, hc, key, nil)
-						return err
-					})
-					cancel()
-					rs = append(rs, result{start, key, ep, time.Since(start), err})
-				}
-				out <- rs
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				start := time.Now()
+				var ep string
+				err := b.Do(ctx, key, func(ctx context.Context, e clientlib.Endpoint) error {
+					ep = e.Addr
+					_, err := get(ctx, hc, key, nil)
+					return err
+				})
+				out <- result{start, key, ep, time.Since(start), err}
 			}()
 		}
-		var all []result
-		for range workers {
-			all = append(all, <-out...)
+		all := make([]result, 0, n)
+		for range n {
+			all = append(all, <-out)
 		}
 		return all
 	}
-	_ = hc
 
 	// Calibrate: the unfrozen p99 of keys the victim does not own.
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	before := run(ctx, 8)
-	cancel()
+	before := run(500 * time.Millisecond)
 
 	thaw := victim.freeze()
 	frozenAt := time.Now()
-	ctx, cancel = context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	during := run(ctx, 8)
-	cancel()
+	// The stuck calls end at their 3 s timeout, inside run: the thaw
+	// comes after.
+	during := run(1500 * time.Millisecond)
 
 	p99 := func(rs []result, keep func(result) bool) (time.Duration, int) {
 		var ds []time.Duration

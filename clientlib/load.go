@@ -27,8 +27,8 @@ const (
 
 // endpointStats is one endpoint's load. Picks read the first cache line;
 // calls write inflight there and the buckets below. Each value is allocated
-// on its own and padded to 256 bytes (its own size class, so 256-aligned)
-// so two endpoints never share a line and picks on one core do not stall
+// on its own and padded to 320 bytes (a size class of its own, whose
+// objects start on 64-byte boundaries) so two endpoints never share a line and picks on one core do not stall
 // on completions on another.
 type endpointStats struct {
 	// Read by every bounded-load pick.
@@ -39,14 +39,15 @@ type endpointStats struct {
 	_        [64 - 3*8 - 4]byte
 
 	// Written on completion, read by the ticker.
-	lastProgress atomic.Int64 // unix nanos of the last completion or 0 -> 1 in-flight step
-	work         [numBuckets]atomic.Int64
-	count        [numBuckets]atomic.Int64
+	lastProgress atomic.Int64                 // unix nanos of the last answer or 0 -> 1 in-flight step
+	work         [numBuckets]atomic.Int64 // nanos of every finished call, for occupancy
+	lat          [numBuckets]atomic.Int64 // nanos of answered calls, for latency
+	count        [numBuckets]atomic.Int64 // answered calls
 
 	// Ticker only.
 	ewma    float64 // seconds
 	freezes atomic.Uint64
-	_       [256 - 64 - 8 - 2*8*numBuckets - 16]byte
+	_       [320 - 64 - 8 - 3*8*numBuckets - 16]byte
 }
 
 func newEndpointStats() *endpointStats {
@@ -71,12 +72,19 @@ func (s *endpointStats) start(now int64) {
 	}
 }
 
-// done records a call that took d, ending at now, in bucket b.
-func (s *endpointStats) done(now int64, d time.Duration, b uint32) {
+// done records a call that took d, ending at now, in bucket b. answered
+// is false when the caller gave up on it (its context ended): the work
+// counts towards occupancy, but an abandoned call proves nothing about the
+// endpoint, so it neither resets the stall clock nor ends a freeze.
+func (s *endpointStats) done(now int64, d time.Duration, b uint32, answered bool) {
 	s.inflight.Add(-1)
-	s.lastProgress.Store(now)
 	s.work[b].Add(int64(d))
+	if !answered {
+		return
+	}
+	s.lat[b].Add(int64(d))
 	s.count[b].Add(1)
+	s.lastProgress.Store(now)
 	if s.frozen.Load() {
 		// Completing is proof of life: return traffic at once rather than
 		// at the next tick.
@@ -118,14 +126,14 @@ func (t *loadTracker) capacity(f float64, n int) float64 {
 //
 // The latency statistic: each endpoint keeps an EWMA (alpha 0.3 per 30 ms
 // bucket) of its bucket mean durations; the cluster latency is the mean
-// duration of every call completed in the window. The penalty is
+// duration of every call answered in the window. The penalty is
 // min(endpoint EWMA / cluster latency, 5), 1 while either is unknown.
 func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter time.Duration) (active bool, freezes int) {
 	cur := t.bucket.Load()
 	var totalWork, totalCount int64
 	for _, s := range stats {
 		for b := range numBuckets {
-			totalWork += s.work[b].Load()
+			totalWork += s.lat[b].Load()
 			totalCount += s.count[b].Load()
 		}
 	}
@@ -146,7 +154,7 @@ func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter ti
 		occ := time.Duration(work).Seconds() / window.Seconds()
 		s.occ.Store(math.Float64bits(occ))
 		if n := s.count[cur].Load(); n > 0 {
-			mean := time.Duration(s.work[cur].Load() / n).Seconds()
+			mean := time.Duration(s.lat[cur].Load() / n).Seconds()
 			if s.ewma == 0 {
 				s.ewma = mean
 			} else {
@@ -178,6 +186,7 @@ func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter ti
 	next := (cur + 1) % numBuckets
 	for _, s := range stats {
 		s.work[next].Store(0)
+		s.lat[next].Store(0)
 		s.count[next].Store(0)
 	}
 	t.bucket.Store(next)
