@@ -39,7 +39,7 @@ type endpointStats struct {
 	_        [64 - 3*8 - 4]byte
 
 	// Written on completion, read by the ticker.
-	lastProgress atomic.Int64                 // unix nanos of the last answer or 0 -> 1 in-flight step
+	lastProgress atomic.Int64             // unix nanos of the last answer or 0 -> 1 in-flight step
 	work         [numBuckets]atomic.Int64 // nanos of every finished call, for occupancy
 	lat          [numBuckets]atomic.Int64 // nanos of answered calls, for latency
 	count        [numBuckets]atomic.Int64 // answered calls
