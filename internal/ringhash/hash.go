@@ -85,7 +85,9 @@ func HashValues(values []string) uint64 {
 
 // HashValuesGRPC is grpc-go's hash of a header with several values: the
 // values joined with "," in the order received, then XXH64
-// (internal/xds/resolver/serviceconfig.go generateHash in v1.85).
+// (internal/xds/resolver/serviceconfig.go generateHash in v1.85). grpc-go
+// skips a header policy whose header is absent, so callers should not call
+// this with no values (it would return XXH64 of "").
 func HashValuesGRPC(values []string) uint64 {
 	if len(values) == 1 {
 		return xxhash.Sum64String(values[0])

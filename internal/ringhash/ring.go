@@ -11,6 +11,9 @@ import (
 //     set, else "host:port" ([v6]:port).
 //   - Skipper: the identity "scheme://host:port" (IPv6 bracketed), see
 //     SkipperIdentity.
+//
+// Weight must be at least 1 for ring_hash and Maglev (Envoy rejects 0);
+// Skipper is unweighted and accepts only 0 (unset) or 1.
 type Endpoint struct {
 	Key    string
 	Weight uint32
