@@ -1,0 +1,88 @@
+package server
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ringxds/ringxds/internal/snapshot"
+)
+
+func TestClassifyNode(t *testing.T) {
+	md := func(kind string) *structpb.Struct {
+		s, _ := structpb.NewStruct(map[string]any{ClientKindMetadataKey: kind})
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		node *core.Node
+		want snapshot.Kind
+	}{
+		{"nil node", nil, snapshot.KindEnvoy},
+		{"envoy", &core.Node{Id: "sidecar", UserAgentName: "envoy"}, snapshot.KindEnvoy},
+		{"grpc-go", &core.Node{Id: "svc", UserAgentName: "gRPC Go"}, snapshot.KindGRPC},
+		{"grpc-java", &core.Node{UserAgentName: "gRPC Java"}, snapshot.KindGRPC},
+		{"clientlib user agent", &core.Node{UserAgentName: "ringxds-clientlib"}, snapshot.KindClientlib},
+		{"metadata wins over user agent", &core.Node{UserAgentName: "gRPC Go", Metadata: md("clientlib")}, snapshot.KindClientlib},
+		{"unknown metadata kind falls back", &core.Node{UserAgentName: "gRPC Go", Metadata: md("nginx")}, snapshot.KindGRPC},
+		{"no user agent", &core.Node{Id: "x"}, snapshot.KindEnvoy},
+	} {
+		if got := ClassifyNode(tc.node); got != tc.want {
+			t.Errorf("%s: ClassifyNode = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// LinearCache returns resources in map order, so the content version must
+// not depend on order, and must change with any byte of content.
+func TestContentVersionDependsOnContentOnly(t *testing.T) {
+	a := &anypb.Any{TypeUrl: resource.ClusterType, Value: []byte("cluster a")}
+	b := &anypb.Any{TypeUrl: resource.ClusterType, Value: []byte("cluster b")}
+	b2 := &anypb.Any{TypeUrl: resource.ClusterType, Value: []byte("cluster B")}
+	if contentVersion([]*anypb.Any{a, b}) != contentVersion([]*anypb.Any{b, a}) {
+		t.Fatal("version depends on resource order")
+	}
+	if contentVersion([]*anypb.Any{a, b}) == contentVersion([]*anypb.Any{a, b2}) {
+		t.Fatal("version ignores a content change")
+	}
+	if contentVersion([]*anypb.Any{a, a}) == contentVersion(nil) {
+		t.Fatal("two equal resources cancel out")
+	}
+	if contentVersion([]*anypb.Any{a}) == contentVersion([]*anypb.Any{a, b}) {
+		t.Fatal("version ignores an added resource")
+	}
+	withRemoval := &discovery.DeltaDiscoveryResponse{RemovedResources: []string{"a"}}
+	if deltaContentVersion(withRemoval) == deltaContentVersion(&discovery.DeltaDiscoveryResponse{}) {
+		t.Fatal("delta version ignores removals")
+	}
+}
+
+// Kinds share a cache exactly where their translations are identical by
+// construction, and never otherwise.
+func TestCacheGroups(t *testing.T) {
+	for _, tc := range []struct {
+		kind    snapshot.Kind
+		typeURL string
+		want    string
+	}{
+		{snapshot.KindEnvoy, resource.EndpointType, "all/eds"},
+		{snapshot.KindGRPC, resource.EndpointType, "all/eds"},
+		{snapshot.KindEnvoy, resource.ClusterType, "envoy/cds"},
+		{snapshot.KindGRPC, resource.ClusterType, "grpc/cds"},
+		{snapshot.KindClientlib, resource.ClusterType, "clientlib/cds"},
+		{snapshot.KindGRPC, resource.ListenerType, "proxyless/lds"},
+		{snapshot.KindClientlib, resource.RouteType, "proxyless/rds"},
+		{snapshot.KindEnvoy, resource.RouteType, "envoy/rds"},
+	} {
+		if got := cacheGroup(tc.kind, tc.typeURL); got != tc.want {
+			t.Errorf("cacheGroup(%s, %s) = %s, want %s", tc.kind, shortType(tc.typeURL), got, tc.want)
+		}
+	}
+	if got := classify(&core.Node{UserAgentName: "envoy"}, resource.SecretType); got != unservedGroup {
+		t.Errorf("secrets classified to %q, want the unserved cache", got)
+	}
+}
