@@ -74,6 +74,11 @@ type Config struct {
 
 	// Logger receives progress; nil discards it.
 	Logger *zap.Logger
+
+	// OnConverged, if set, is called once every client holds the initial
+	// content, before the change phase: an in-process run takes its heap
+	// profile there, when the server holds every client at rest.
+	OnConverged func()
 }
 
 func (c *Config) defaults() error {

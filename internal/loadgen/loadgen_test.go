@@ -28,6 +28,7 @@ type inProcess struct {
 	t                  *testing.T
 	file               string
 	log                *zap.Logger
+	debounce           time.Duration // zero: the source's default
 	xdsAddr, debugAddr string
 	stop               func()
 }
@@ -38,7 +39,7 @@ func (p *inProcess) Start(ctx context.Context) (string, string, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	src, err := watch.NewFileSource(p.file, watch.FileOptions{Logger: p.log.Named("file"), Registerer: reg, Debounce: 20 * time.Millisecond})
+	src, err := watch.NewFileSource(p.file, watch.FileOptions{Logger: p.log.Named("file"), Registerer: reg, Debounce: p.debounce})
 	if err != nil {
 		return "", "", err
 	}
@@ -119,7 +120,7 @@ func TestShortRunConvergesAndResyncsAfterRestart(t *testing.T) {
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	file := filepath.Join(t.TempDir(), "endpoints.yaml")
-	lc := &inProcess{t: t, file: file, log: log}
+	lc := &inProcess{t: t, file: file, log: log, debounce: 20 * time.Millisecond}
 	t.Cleanup(func() { _ = lc.Stop(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()

@@ -26,12 +26,16 @@ type Result struct {
 	Samples                               int
 	ServerRSSMB                           float64
 	RSSPerClientKB, HeapPerClientKB       float64
-	BytesPerChange                        float64
-	SotWBytesPerPush, DeltaBytesPerPush   float64
-	Stale, Unknown                        int
-	Errors                                []string
-	ConnectSeconds                        float64
-	Load                                  float64
+	StackPerClientKB                      float64
+	// HeapIsLive is set when the heap figures were taken after forced
+	// collections (the server has /debug/pprof), so they exclude garbage.
+	HeapIsLive                          bool
+	BytesPerChange                      float64
+	SotWBytesPerPush, DeltaBytesPerPush float64
+	Stale, Unknown                      int
+	Errors                              []string
+	ConnectSeconds                      float64
+	Load                                float64
 
 	Slow *SlowResult
 	// Storm is set for a reconnect storm.
@@ -74,8 +78,12 @@ func (r *Result) Line() string {
 	fmt.Fprintf(&b, "clients=%d clusters=%d endpoints=%d changes=%d converged=%d/%d propagation_p50_ms=%s propagation_p99_ms=%s propagation_max_ms=%s server_rss_mb=%s bytes_per_change=%s",
 		r.Clients, r.Clusters, r.Endpoints, r.Changes, r.Converged, r.Clients,
 		num(r.P50, 1), num(r.P99, 1), num(r.Max, 1), num(r.ServerRSSMB, 1), num(r.BytesPerChange, 0))
-	fmt.Fprintf(&b, " rss_per_client_kb=%s heap_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d errors=%d connect_s=%s load1=%s",
-		num(r.RSSPerClientKB, 1), num(r.HeapPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
+	heap := "heap_per_client_kb"
+	if r.HeapIsLive {
+		heap = "live_heap_per_client_kb"
+	}
+	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d errors=%d connect_s=%s load1=%s",
+		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
 		r.Stale, r.Unknown, len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
@@ -159,11 +167,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	cfg := r.cfg
 	res := &Result{Clients: cfg.Clients, Clusters: cfg.Clusters, Endpoints: cfg.Endpoints, Changes: cfg.Changes,
-		ServerRSSMB: -1, RSSPerClientKB: -1, HeapPerClientKB: -1, BytesPerChange: -1, P50: -1, P99: -1, Max: -1,
+		ServerRSSMB: -1, RSSPerClientKB: -1, HeapPerClientKB: -1, StackPerClientKB: -1, BytesPerChange: -1, P50: -1, P99: -1, Max: -1,
 		SotWBytesPerPush: -1, DeltaBytesPerPush: -1}
 	// The idle figure is taken with the file loaded and no client: what
 	// each client adds is measured against it.
-	idle, _ := r.settledMetrics(ctx)
+	idle, idleLive, _ := r.settledMetrics(ctx)
 
 	if err := r.makeClients(); err != nil {
 		return nil, err
@@ -178,15 +186,21 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	res.ConnectSeconds = time.Since(start).Seconds()
 	r.log.Info("clients connected and converged", zap.Int("clients", len(all)), zap.Duration("took", time.Since(start)))
 
-	if loaded, err := r.settledMetrics(ctx); err == nil && idle != nil {
+	if loaded, live, err := r.settledMetrics(ctx); err == nil && idle != nil {
+		res.HeapIsLive = live && idleLive
 		n := float64(len(all))
 		rss := loaded.sum("process_resident_memory_bytes")
 		res.ServerRSSMB = rss / (1 << 20)
 		res.RSSPerClientKB = (rss - idle.sum("process_resident_memory_bytes")) / n / 1024
 		res.HeapPerClientKB = (loaded.sum("go_memstats_heap_inuse_bytes") - idle.sum("go_memstats_heap_inuse_bytes")) / n / 1024
+		res.StackPerClientKB = (loaded.sum("go_memstats_stack_inuse_bytes") - idle.sum("go_memstats_stack_inuse_bytes")) / n / 1024
 		r.log.Info("server memory", zap.Float64("idle_rss_mb", idle.sum("process_resident_memory_bytes")/(1<<20)),
 			zap.Float64("loaded_rss_mb", res.ServerRSSMB),
 			zap.Float64("goroutines_per_client", (loaded.sum("go_goroutines")-idle.sum("go_goroutines"))/n))
+	}
+
+	if cfg.OnConverged != nil {
+		cfg.OnConverged()
 	}
 
 	// The measured phase.
@@ -276,21 +290,24 @@ func (r *runner) metricsOrNil(ctx context.Context) promText {
 }
 
 // settledMetrics scrapes after a pause, so the figures are not caught in
-// the middle of a burst of allocation.
-func (r *runner) settledMetrics(ctx context.Context) (promText, error) {
+// the middle of a burst of allocation. Where the server has pprof it first
+// forces collections, and live reports that the heap figures are live.
+// RSS is what the kernel sees, collections or not.
+func (r *runner) settledMetrics(ctx context.Context) (m promText, live bool, err error) {
 	if r.dbg == nil {
-		return nil, errors.New("no debug address")
+		return nil, false, errors.New("no debug address")
 	}
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case <-time.After(2 * time.Second):
 	}
-	m := r.metricsOrNil(ctx)
+	live = r.dbg.collectGarbage(ctx)
+	m = r.metricsOrNil(ctx)
 	if m == nil || !m.has("process_resident_memory_bytes") {
-		return nil, errors.New("the server exposes no process_resident_memory_bytes")
+		return nil, false, errors.New("the server exposes no process_resident_memory_bytes")
 	}
-	return m, nil
+	return m, live, nil
 }
 
 // makeClients builds the mix: gRPC-like clients first in a shuffled order,

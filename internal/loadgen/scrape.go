@@ -127,6 +127,22 @@ func (d *debugClient) metrics(ctx context.Context) (promText, error) {
 	return parseProm(resp.Body)
 }
 
+// collectGarbage makes the server run two garbage collections, through
+// net/http/pprof's heap endpoint, so that heap figures count live memory
+// rather than garbage and pooled buffers (sync.Pool drops its contents over
+// two collections). It reports false when the server has no pprof.
+func (d *debugClient) collectGarbage(ctx context.Context) bool {
+	for range 2 {
+		resp, err := d.get(ctx, "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return true
+}
+
 // connectedNodes counts the open streams whose node ID has prefix.
 func (d *debugClient) connectedNodes(ctx context.Context, prefix string) (int, error) {
 	resp, err := d.get(ctx, "/debug/clients")
