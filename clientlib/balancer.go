@@ -142,15 +142,31 @@ func (b *Balancer) Endpoints() []Endpoint {
 func (b *Balancer) Pick(key string) (Endpoint, error) {
 	s := b.state.Load()
 	if s == nil {
-		return Endpoint{}, fmt.Errorf("%w: %s", ErrNotReady, b.cluster)
+		return Endpoint{}, b.notReady()
 	}
 	h := ringhash.HashKey(key)
-	if s.pure {
-		return s.eps[s.pick(h)], nil // the bare ring, without a walk's set-up
+	if !s.pure {
+		i, _ := b.choose(s, h, -1)
+		return s.eps[i], nil
 	}
-	i, _ := b.choose(s, h, -1)
+	// The bare ring, without a walk's set-up; the lookups inline here.
+	var i int
+	switch s.kind {
+	case kindSkipper:
+		i = s.skipper.Pick(h)
+	case kindRingHash:
+		i = s.ringHash.Pick(h)
+	default:
+		i = s.maglev.Pick(h)
+	}
 	return s.eps[i], nil
 }
+
+// notReady is Pick's error before the first ring, kept out of line so
+// Pick's frame stays small.
+//
+//go:noinline
+func (b *Balancer) notReady() error { return fmt.Errorf("%w: %s", ErrNotReady, b.cluster) }
 
 // choose returns the endpoint for h and how many endpoints the walk passed
 // over. exclude (an index, or -1) is never chosen unless it is the only
