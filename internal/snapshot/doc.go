@@ -37,7 +37,12 @@
 // the identical ring. Endpoint metadata:
 //
 //   - filter_metadata["envoy.lb"]["hash_key"]: the endpoint's HashKey, when set.
-//   - filter_metadata["ringxds"]: {"scheme", "zone"} (zone only when set).
+//   - filter_metadata["ringxds"]: {"scheme", "zone"} (zone only when set);
+//     for a fading endpoint also "fade_start" (RFC 3339, UTC),
+//     "fade_duration" and "fade_exponent", so clients and replicas compute
+//     the same share without extra pushes; and, in clusters laid out for
+//     fade-in, "ring_entries", the endpoint's final entry count
+//     (docs/fade-in.md).
 //
 // # Decoding
 //
