@@ -1,6 +1,10 @@
 package ringhash
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // SkipperVnodes is the number of ring entries per endpoint in Skipper's
 // consistentHash (every release since July 2021 except v0.24.49-v0.24.53).
@@ -42,7 +46,7 @@ func NewSkipper(eps []Endpoint) (*Skipper, error) {
 		base := len(buf)
 		for j := 0; j < SkipperVnodes; j++ {
 			buf = strconv.AppendInt(buf[:base], int64(j), 10)
-			hashes = append(hashes, HashFunction(XXHash).sum(buf))
+			hashes = append(hashes, xxhash.Sum64(buf))
 			owners = append(owners, uint32(ei))
 		}
 	}
