@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringxds/ringxds/internal/testcp"
+
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -25,7 +27,7 @@ import (
 
 // exampleFile copies the shipped example, so these tests pin what users run.
 func exampleFile(t *testing.T) string {
-	return tempFile(t, string(examples.DefaultEndpoints))
+	return testcp.TempFile(t, string(examples.DefaultEndpoints))
 }
 
 func adsClient(t *testing.T, addr string) discovery.AggregatedDiscoveryServiceClient {
@@ -96,8 +98,8 @@ func resourceName(m proto.Message) string {
 }
 
 func TestADSSotWAndDeltaServeSameResources(t *testing.T) {
-	cp := startControlPlane(t, exampleFile(t))
-	c := adsClient(t, cp.xdsAddr)
+	cp := testcp.Start(t, exampleFile(t))
+	c := adsClient(t, cp.XDSAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, kind := range []string{"envoy", "grpc", "clientlib"} {
@@ -147,8 +149,8 @@ func mustAny(t *testing.T, typeURL string, b []byte) proto.Message {
 // A client that rejects a response is logged, counted and shown, and the
 // server keeps serving it and everyone else.
 func TestADSNackIsRecordedAndServingContinues(t *testing.T) {
-	cp := startControlPlane(t, exampleFile(t))
-	c := adsClient(t, cp.xdsAddr)
+	cp := testcp.Start(t, exampleFile(t))
+	c := adsClient(t, cp.XDSAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := c.StreamAggregatedResources(ctx)
@@ -169,7 +171,7 @@ func TestADSNackIsRecordedAndServingContinues(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the NACK to show on /debug/clients", func() bool {
+	testcp.WaitFor(t, 5*time.Second, "the NACK to show on /debug/clients", func() bool {
 		var body struct {
 			Clients []struct {
 				NodeID string `json:"node_id"`
@@ -184,7 +186,7 @@ func TestADSNackIsRecordedAndServingContinues(t *testing.T) {
 				} `json:"types"`
 			} `json:"clients"`
 		}
-		cp.getJSON("/debug/clients", &body)
+		cp.GetJSON("/debug/clients", &body)
 		for _, cl := range body.Clients {
 			cds := cl.Types["cds"]
 			if cl.NodeID == "nacker" && cl.Kind == "envoy" && cds.Nacks == 1 && cds.LastNack != nil &&
@@ -216,16 +218,16 @@ func TestTwoServersOnOneFilePublishIdenticalVersions(t *testing.T) {
 	// The changes touch inventory, which does not fade in new endpoints: a
 	// fading endpoint is, by design, published differently until its window
 	// ends (docs/fade-in.md).
-	file := tempFile(t, strings.Replace(string(examples.DefaultEndpoints), "9202", "9212", 1))
-	a := startControlPlane(t, file)
-	writeFile(t, file, string(examples.DefaultEndpoints))
-	waitFor(t, 5*time.Second, "replica a to load the final content", func() bool {
-		return !strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9212")
+	file := testcp.TempFile(t, strings.Replace(string(examples.DefaultEndpoints), "9202", "9212", 1))
+	a := testcp.Start(t, file)
+	testcp.WriteFile(t, file, string(examples.DefaultEndpoints))
+	testcp.WaitFor(t, 5*time.Second, "replica a to load the final content", func() bool {
+		return !strings.Contains(fmt.Sprint(a.Server.Current().State.Clusters), "9212")
 	})
-	b := startControlPlane(t, file)
+	b := testcp.Start(t, file)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ca, cb := adsClient(t, a.xdsAddr), adsClient(t, b.xdsAddr)
+	ca, cb := adsClient(t, a.XDSAddr), adsClient(t, b.XDSAddr)
 	for _, kind := range []string{"envoy", "grpc", "clientlib"} {
 		for _, typeURL := range []string{resource.ClusterType, resource.EndpointType} {
 			names := []string{"catalog", "inventory", "products"}
@@ -260,12 +262,12 @@ func TestTwoServersOnOneFilePublishIdenticalVersions(t *testing.T) {
 	// A change moves both to the same new version.
 	before := sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.ClusterType, nil).GetVersionInfo()
 	changed := strings.Replace(string(examples.DefaultEndpoints), "9201", "9211", 1)
-	writeFile(t, file, changed)
+	testcp.WriteFile(t, file, changed)
 	var va, vb string
-	waitFor(t, 5*time.Second, "both replicas to publish the change", func() bool {
+	testcp.WaitFor(t, 5*time.Second, "both replicas to publish the change", func() bool {
 		va = sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.EndpointType, []string{"inventory"}).GetVersionInfo()
 		vb = sotwFetch(t, ctx, cb, node("replica-b", "envoy"), resource.EndpointType, []string{"inventory"}).GetVersionInfo()
-		return va == vb && strings.Contains(fmt.Sprint(a.srv.Current().State.Clusters), "9211") && strings.Contains(fmt.Sprint(b.srv.Current().State.Clusters), "9211")
+		return va == vb && strings.Contains(fmt.Sprint(a.Server.Current().State.Clusters), "9211") && strings.Contains(fmt.Sprint(b.Server.Current().State.Clusters), "9211")
 	})
 	if after := sotwFetch(t, ctx, ca, node("replica-a", "envoy"), resource.ClusterType, nil).GetVersionInfo(); after != before {
 		t.Errorf("CDS version changed from %s to %s although only endpoints changed", before, after)
@@ -275,42 +277,42 @@ func TestTwoServersOnOneFilePublishIdenticalVersions(t *testing.T) {
 // An invalid file keeps the last good state served and reports the error
 // with file, line and field on the debug endpoint and in metrics.
 func TestBrokenFileKeepsLastGoodState(t *testing.T) {
-	backends := startBackends(t, 3)
+	backends := testcp.StartBackends(t, 3)
 	good := endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)
-	cp := startControlPlane(t, tempFile(t, good))
-	before := cp.pick("products", "product-42", "envoy").Endpoint
+	cp := testcp.Start(t, testcp.TempFile(t, good))
+	before := cp.Pick("products", "product-42", "envoy").Endpoint
 
 	broken := strings.Replace(good, "lb_policy: ring_hash", "lb_policy: round_robin", 1)
-	writeFile(t, cp.file, broken)
+	testcp.WriteFile(t, cp.File, broken)
 	var problems struct {
 		Problems []struct {
 			Object, Field, Message string
 		} `json:"problems"`
 	}
-	waitFor(t, 5*time.Second, "the broken file to be reported", func() bool {
-		cp.getJSON("/debug/problems", &problems)
+	testcp.WaitFor(t, 5*time.Second, "the broken file to be reported", func() bool {
+		cp.GetJSON("/debug/problems", &problems)
 		return len(problems.Problems) > 0
 	})
 	p := problems.Problems[0]
 	if !strings.Contains(p.Object, "endpoints.yaml") || !strings.Contains(p.Field+p.Message, "line 3") || !strings.Contains(p.Field+p.Message, "lb_policy") || !strings.Contains(p.Message, "round_robin") {
 		t.Fatalf("problem does not name file, line and field: %+v", p)
 	}
-	if got := cp.pick("products", "product-42", "envoy").Endpoint; got != before {
+	if got := cp.Pick("products", "product-42", "envoy").Endpoint; got != before {
 		t.Fatalf("pick changed to %s while the file was broken (was %s)", got, before)
 	}
 	if n := testutil.ToFloat64(counter(t, cp, "ringxds_source_reloads_total", map[string]string{"source": "file", "result": "error"})); n < 1 {
 		t.Fatalf("reload errors metric = %v, want >= 1", n)
 	}
 	// Fixing the file clears the problem.
-	writeFile(t, cp.file, good)
-	waitFor(t, 5*time.Second, "the problem to clear", func() bool {
-		cp.getJSON("/debug/problems", &problems)
+	testcp.WriteFile(t, cp.File, good)
+	testcp.WaitFor(t, 5*time.Second, "the problem to clear", func() bool {
+		cp.GetJSON("/debug/problems", &problems)
 		return len(problems.Problems) == 0
 	})
 }
 
 func TestDebugRejectsBadQueries(t *testing.T) {
-	cp := startControlPlane(t, exampleFile(t))
+	cp := testcp.Start(t, exampleFile(t))
 	for _, tc := range []struct {
 		query string
 		code  int
@@ -325,7 +327,7 @@ func TestDebugRejectsBadQueries(t *testing.T) {
 		{"cluster=" + url.QueryEscape("<script>") + "&key=a", http.StatusBadRequest, "unknown cluster"},
 	} {
 		var body map[string]any
-		code := cp.getJSON("/debug/pick?"+tc.query, &body)
+		code := cp.GetJSON("/debug/pick?"+tc.query, &body)
 		if code != tc.code {
 			t.Errorf("%.60s: status %d, want %d (%v)", tc.query, code, tc.code, body)
 			continue
@@ -334,7 +336,7 @@ func TestDebugRejectsBadQueries(t *testing.T) {
 			t.Errorf("%.60s: error %q does not say %q", tc.query, body["error"], tc.msg)
 		}
 	}
-	resp, err := http.Post(cp.debugURL+"/debug/pick?cluster=products&key=a", "text/plain", nil)
+	resp, err := http.Post(cp.DebugURL+"/debug/pick?cluster=products&key=a", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

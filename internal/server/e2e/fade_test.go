@@ -3,18 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap/zaptest"
-
-	"github.com/ringxds/ringxds/internal/debug"
-	"github.com/ringxds/ringxds/internal/model"
-	"github.com/ringxds/ringxds/internal/server"
-	"github.com/ringxds/ringxds/internal/watch"
+	"github.com/ringxds/ringxds/internal/testcp"
 )
 
 // clock is a settable time source: real time until frozen, so a fade can be
@@ -39,54 +32,10 @@ func (c *clock) Set(at time.Time) {
 	c.frozen = at
 }
 
-// startFadeControlPlane wires a control plane as startControlPlane does,
-// with the server on clk.
-func startFadeControlPlane(t *testing.T, file string, clk *clock) *controlPlane {
-	t.Helper()
-	log := zaptest.NewLogger(t)
-	reg := prometheus.NewRegistry()
-	src, err := watch.NewFileSource(file, watch.FileOptions{Logger: log.Named("file"), Registerer: reg, Debounce: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.Load(); err != nil {
-		t.Fatalf("initial load: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Now: clk.Now})
-	g, err := server.NewGRPCServer(server.GRPCOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Register(g)
-	xl, dl := listen(t), listen(t)
-	go func() { _ = g.Serve(xl) }()
-	hs := &http.Server{Handler: debug.New(debug.Options{Server: srv, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})}
-	go func() { _ = hs.Serve(dl) }()
-	srcDone := make(chan struct{})
-	go func() {
-		defer close(srcDone)
-		_ = src.Run(ctx, func(st model.State) {
-			if err := srv.Apply(st); err != nil {
-				t.Errorf("apply: %v", err)
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		g.Stop()
-		_ = hs.Close()
-		<-srcDone
-	})
-	cp := &controlPlane{t: t, file: file, src: src, srv: srv, reg: reg, xdsAddr: xl.Addr().String(), debugURL: "http://" + dl.Addr().String()}
-	waitFor(t, 5*time.Second, "first snapshot", srv.Ready)
-	return cp
-}
-
 // sweep routes keys through the real grpc-go client and asks /debug/pick
 // (client=grpc) for each; it returns the backend per key and the number of
 // disagreements.
-func sweep(t *testing.T, cp *controlPlane, keys int, route func(string) (string, error)) (map[string]string, int) {
+func sweep(t *testing.T, cp *testcp.ControlPlane, keys int, route func(string) (string, error)) (map[string]string, int) {
 	t.Helper()
 	got := make(map[string]string, keys)
 	bad := 0
@@ -96,7 +45,7 @@ func sweep(t *testing.T, cp *controlPlane, keys int, route func(string) (string,
 		if err != nil {
 			t.Fatalf("RPC for %s: %v", key, err)
 		}
-		want := cp.pick("products", key, "grpc")
+		want := cp.Pick("products", key, "grpc")
 		if want.ByClient["envoy"] != want.Endpoint || want.ByClient["clientlib"] != want.Endpoint {
 			t.Fatalf("key %s: data planes disagree mid-fade: %v", key, want.ByClient)
 		}
@@ -115,13 +64,13 @@ func sweep(t *testing.T, cp *controlPlane, keys int, route func(string) (string,
 // backends trade keys.
 func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 	const fade = "    fade_in: {duration: 6s, exponent: 1}\n"
-	backends := startBackends(t, 11)
+	backends := testcp.StartBackends(t, 11)
 	clk := &clock{}
-	cp := startFadeControlPlane(t, tempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends[:10], nil)), clk)
-	client := dialXDS(t, cp.xdsAddr, "products")
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends[:10], nil)), testcp.WithClock(clk.Now))
+	client := dialXDS(t, cp.XDSAddr, "products")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	route := func(key string) (string, error) { return call(ctx, client, "x-product-id", key) }
+	route := func(key string) (string, error) { return testcp.Call(ctx, client, "x-product-id", key) }
 
 	const keys = 1000
 	before, bad := sweep(t, cp, keys, route)
@@ -129,10 +78,10 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 		t.Fatalf("before the scale-up %d/%d keys disagree", bad, keys)
 	}
 
-	writeFile(t, cp.file, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends, nil))
+	testcp.WriteFile(t, cp.File, endpointsYAML("products", "ring_hash", "x-product-id", fade, backends, nil))
 	var start time.Time
-	waitFor(t, 5*time.Second, "the new endpoint to fade in", func() bool {
-		if st := cp.srv.Current().Fading["products"]; len(st) == 1 {
+	testcp.WaitFor(t, 5*time.Second, "the new endpoint to fade in", func() bool {
+		if st := cp.Server.Current().Fading["products"]; len(st) == 1 {
 			start = st[0].Start
 			return true
 		}
@@ -142,8 +91,8 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 	// (share 0.25 to 0.42). The step timer armed for the next second
 	// rebuilds at the frozen instant.
 	clk.Set(start.Add(2500 * time.Millisecond))
-	waitFor(t, 5*time.Second, "the held step", func() bool {
-		st := cp.srv.Current().Fading["products"]
+	testcp.WaitFor(t, 5*time.Second, "the held step", func() bool {
+		st := cp.Server.Current().Fading["products"]
 		return len(st) == 1 && st[0].Share >= 0.25 && st[0].Share < 0.5
 	})
 
@@ -160,7 +109,7 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	newAddr := backends[10].addr
+	newAddr := backends[10].Addr
 	onNew := 0
 	for key, be := range mid {
 		switch {
@@ -173,7 +122,7 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 
 	// End the fade: every key the new backend took mid-fade stays there.
 	clk.Set(start.Add(7 * time.Second))
-	waitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.srv.Current().Fading["products"]) == 0 })
+	testcp.WaitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.Server.Current().Fading["products"]) == 0 })
 	var after map[string]string
 	deadline = time.Now().Add(20 * time.Second)
 	for {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringxds/ringxds/internal/testcp"
 )
 
 // The product's promise: a key goes to the pod /debug/pick names, whichever
@@ -23,9 +25,9 @@ func TestGRPCRingHashAgreesWithDebugPick(t *testing.T) {
 		{"weights 1 3 4", []int{1, 3, 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			backends := startBackends(t, 3)
-			cp := startControlPlane(t, tempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, tc.weights)))
-			client := dialXDS(t, cp.xdsAddr, "products")
+			backends := testcp.StartBackends(t, 3)
+			cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, tc.weights)))
+			client := dialXDS(t, cp.XDSAddr, "products")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 
@@ -34,11 +36,11 @@ func TestGRPCRingHashAgreesWithDebugPick(t *testing.T) {
 			perBackend := map[string]int{}
 			for i := range keys {
 				key := fmt.Sprintf("product-%d", i)
-				got, err := call(ctx, client, "x-product-id", key)
+				got, err := testcp.Call(ctx, client, "x-product-id", key)
 				if err != nil {
 					t.Fatalf("RPC for %s: %v", key, err)
 				}
-				want := cp.pick("products", key, "grpc")
+				want := cp.Pick("products", key, "grpc")
 				if want.Policy != "ring_hash" {
 					t.Fatalf("policy for grpc = %q, want ring_hash", want.Policy)
 				}
@@ -63,33 +65,33 @@ func TestGRPCRingHashAgreesWithDebugPick(t *testing.T) {
 // A removed endpoint must stop receiving traffic quickly: the file source
 // debounces, the server pushes EDS, grpc-go rebuilds its ring.
 func TestGRPCStopsUsingRemovedEndpoint(t *testing.T) {
-	backends := startBackends(t, 3)
-	cp := startControlPlane(t, tempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)))
-	client := dialXDS(t, cp.xdsAddr, "products")
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)))
+	client := dialXDS(t, cp.XDSAddr, "products")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	victim := backends[2].addr
+	victim := backends[2].Addr
 	var victimKeys []string
 	for i := 0; len(victimKeys) < 20 && i < 10000; i++ {
 		key := fmt.Sprintf("k-%d", i)
-		if cp.pick("products", key, "grpc").Endpoint == victim {
+		if cp.Pick("products", key, "grpc").Endpoint == victim {
 			victimKeys = append(victimKeys, key)
 		}
 	}
 	for _, k := range victimKeys {
-		if got, err := call(ctx, client, "x-product-id", k); err != nil || got != victim {
+		if got, err := testcp.Call(ctx, client, "x-product-id", k); err != nil || got != victim {
 			t.Fatalf("before removal, key %s went to %s (err %v), want %s", k, got, err, victim)
 		}
 	}
 
 	removedAt := time.Now()
-	writeFile(t, cp.file, endpointsYAML("products", "ring_hash", "x-product-id", "", backends[:2], nil))
+	testcp.WriteFile(t, cp.File, endpointsYAML("products", "ring_hash", "x-product-id", "", backends[:2], nil))
 	var movedAfter time.Duration
 	for {
 		stillThere := 0
 		for _, k := range victimKeys {
-			got, err := call(ctx, client, "x-product-id", k)
+			got, err := testcp.Call(ctx, client, "x-product-id", k)
 			if err != nil {
 				t.Fatalf("RPC during removal: %v", err)
 			}
@@ -111,8 +113,8 @@ func TestGRPCStopsUsingRemovedEndpoint(t *testing.T) {
 		t.Fatalf("clients kept using the removed endpoint for %v, want < 2 s", movedAfter)
 	}
 	for _, k := range victimKeys {
-		got, _ := call(ctx, client, "x-product-id", k)
-		if want := cp.pick("products", k, "grpc").Endpoint; got != want {
+		got, _ := testcp.Call(ctx, client, "x-product-id", k)
+		if want := cp.Pick("products", k, "grpc").Endpoint; got != want {
 			t.Fatalf("after removal key %s went to %s, /debug/pick says %s", k, got, want)
 		}
 	}
@@ -121,33 +123,33 @@ func TestGRPCStopsUsingRemovedEndpoint(t *testing.T) {
 // gRPC NACKs MAGLEV and fails every RPC, so a maglev cluster must reach
 // gRPC clients as ring_hash, and say so.
 func TestGRPCMaglevClusterServes(t *testing.T) {
-	backends := startBackends(t, 3)
-	cp := startControlPlane(t, tempFile(t, endpointsYAML("inventory", "maglev", "x-sku", "", backends, nil)))
-	client := dialXDS(t, cp.xdsAddr, "inventory")
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("inventory", "maglev", "x-sku", "", backends, nil)))
+	client := dialXDS(t, cp.XDSAddr, "inventory")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 200 {
 		key := fmt.Sprintf("sku-%d", i)
-		got, err := call(ctx, client, "x-sku", key)
+		got, err := testcp.Call(ctx, client, "x-sku", key)
 		if err != nil {
 			t.Fatalf("RPC to a maglev cluster: %v", err)
 		}
-		want := cp.pick("inventory", key, "grpc")
+		want := cp.Pick("inventory", key, "grpc")
 		if want.Policy != "ring_hash" || got != want.Endpoint {
 			t.Fatalf("key %s: grpc-go sent it to %s; /debug/pick for grpc says %s via %s", key, got, want.Endpoint, want.Policy)
 		}
-		if p := cp.pick("inventory", key, "envoy").Policy; p != "maglev" {
+		if p := cp.Pick("inventory", key, "envoy").Policy; p != "maglev" {
 			t.Fatalf("envoy policy = %q, want maglev", p)
 		}
 	}
 	var snap struct {
 		Notes map[string][]string `json:"notes"`
 	}
-	cp.getJSON("/debug/snapshot", &snap)
+	cp.GetJSON("/debug/snapshot", &snap)
 	if !strings.Contains(strings.Join(snap.Notes["inventory"], " "), "ring_hash") {
 		t.Fatalf("/debug/snapshot notes for inventory do not explain the maglev translation: %q", snap.Notes["inventory"])
 	}
-	for _, c := range cp.srv.Clients() {
+	for _, c := range cp.Server.Clients() {
 		for typ, ts := range c.Types {
 			if ts.Nacks > 0 {
 				t.Fatalf("client %s NACKed %s: %+v", c.NodeID, typ, ts.LastNack)

@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"testing"
 
+	"github.com/ringxds/ringxds/internal/testcp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -10,9 +12,9 @@ import (
 )
 
 // counter finds one series in the control plane's registry.
-func counter(t *testing.T, cp *controlPlane, name string, labels map[string]string) prometheus.Collector {
+func counter(t *testing.T, cp *testcp.ControlPlane, name string, labels map[string]string) prometheus.Collector {
 	t.Helper()
-	mfs, err := cp.reg.Gather()
+	mfs, err := cp.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

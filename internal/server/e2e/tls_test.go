@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringxds/ringxds/internal/testcp"
+
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -95,7 +97,7 @@ func startTLSServer(t *testing.T, opts server.GRPCOptions) string {
 		t.Fatal(err)
 	}
 	srv.Register(g)
-	l := listen(t)
+	l := testcp.Listen(t, "127.0.0.1:0")
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(func() { cancel(); g.Stop() })
 	return l.Addr().String()
