@@ -14,17 +14,48 @@ import (
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
-// Endpoint is one backend of a cluster.
+// Endpoint is one backend of a cluster. It is a small value (an address
+// and a pointer) so that Pick returns it in registers; the fields callers
+// need less often are methods.
 type Endpoint struct {
 	// Addr is "host:port", IPv6 bracketed: ready for net.Dial or a URL.
 	Addr string
-	// Scheme is "http", "https" or "h2c", as published for the endpoint.
-	Scheme string
-	// Zone is the endpoint's zone when the server knows it.
-	Zone string
-	// Weight is the published EDS weight (1 when unset).
-	Weight uint32
+	meta *endpointMeta
 }
+
+// endpointMeta is the rest of an endpoint's published record, shared by
+// every Endpoint value of one ring update.
+type endpointMeta struct {
+	scheme, zone string
+	weight       uint32
+}
+
+// Scheme is "http", "https" or "h2c", as published for the endpoint.
+func (e Endpoint) Scheme() string {
+	if e.meta == nil {
+		return ""
+	}
+	return e.meta.scheme
+}
+
+// Zone is the endpoint's zone when the server knows it.
+func (e Endpoint) Zone() string {
+	if e.meta == nil {
+		return ""
+	}
+	return e.meta.zone
+}
+
+// Weight is the published EDS weight (1 when unset).
+func (e Endpoint) Weight() uint32 {
+	if e.meta == nil {
+		return 0
+	}
+	return e.meta.weight
+}
+
+// String returns Addr.
+func (e Endpoint) String() string { return e.Addr }
 
 // fader is the N-ring fade-in (internal/fadein.NRing) as picks use it.
 type fader interface {

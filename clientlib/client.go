@@ -116,15 +116,14 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		log:          o.logger,
-		conn:         conn,
-		cancel:       cancel,
-		done:         make(chan struct{}),
-		ctx:          runCtx,
-		balancers:    make(map[string]*Balancer),
-		balancerOpts: make(map[string][]BalancerOption),
-		clusters:     make(map[string]*clusterv3.Cluster),
-		endpoints:    make(map[string]*endpointv3.ClusterLoadAssignment),
+		log:       o.logger,
+		conn:      conn,
+		cancel:    cancel,
+		done:      make(chan struct{}),
+		ctx:       runCtx,
+		balancers: make(map[string]*Balancer),
+		clusters:  make(map[string]*clusterv3.Cluster),
+		endpoints: make(map[string]*endpointv3.ClusterLoadAssignment),
 	}
 	node := &corev3.Node{
 		Id:            o.nodeID,
@@ -221,17 +220,17 @@ func (h *handler) Connected(up bool, err error) {
 	}
 }
 
-func (h *handler) Resources(typeURL, version string, resources []*anypb.Any) error {
+func (h *handler) Resources(typeURL, _ string, resources []*anypb.Any) error {
 	c := (*Client)(h)
 	var err error
 	var ti int
 	switch typeURL {
 	case resourcev3.ClusterType:
 		ti = typeCDS
-		err = c.onClusters(version, resources)
+		err = c.onClusters(resources)
 	case resourcev3.EndpointType:
 		ti = typeEDS
-		err = c.onEndpoints(version, resources)
+		err = c.onEndpoints(resources)
 	default:
 		return nil
 	}
@@ -271,7 +270,7 @@ func probeAssignment(name string) *endpointv3.ClusterLoadAssignment {
 // others apply. A subscribed cluster missing from the response also keeps
 // its state: dropping a ring because of a control-plane mistake would stop
 // traffic, and static stability is the point of running in-process.
-func (c *Client) onClusters(version string, resources []*anypb.Any) error {
+func (c *Client) onClusters(resources []*anypb.Any) error {
 	var rejected []string
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -303,18 +302,17 @@ func (c *Client) onClusters(version string, resources []*anypb.Any) error {
 			}
 		}
 	}
-	c.clusterVersion = version
 	names := make([]string, 0, len(c.clusters))
 	for _, cds := range c.clusters {
 		names = append(names, edsName(cds))
 	}
 	c.ads.Subscribe(resourcev3.EndpointType, names)
-	return c.rejectLocked(typeCDS, rejected)
+	return c.rejected(rejected)
 }
 
 // onEndpoints applies an EDS response, rejecting assignments that do not
 // decode into a ring with their cluster's policy.
-func (c *Client) onEndpoints(version string, resources []*anypb.Any) error {
+func (c *Client) onEndpoints(resources []*anypb.Any) error {
 	var rejected []string
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -342,16 +340,16 @@ func (c *Client) onEndpoints(version string, resources []*anypb.Any) error {
 			c.endpoints[cla.GetClusterName()] = cla
 		}
 	}
-	c.endpointVersion = version
-	return c.rejectLocked(typeEDS, rejected)
+	return c.rejected(rejected)
 }
 
-func (c *Client) rejectLocked(_ int, rejected []string) error {
+// rejected is the NACK's error_detail for the rejected resources, nil when
+// there are none.
+func (c *Client) rejected(rejected []string) error {
 	if len(rejected) == 0 {
 		return nil
 	}
 	err := errors.New(strings.Join(rejected, "; "))
-	c.lastErr = err
 	c.log.Warn("rejected xDS resources; keeping the last good state", zap.Error(err))
 	return err
 }
@@ -360,7 +358,7 @@ func (c *Client) rejectLocked(_ int, rejected []string) error {
 func (c *Client) publishLocked(b *Balancer, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded) error {
 	eps := make([]Endpoint, len(d.Endpoints))
 	for i, de := range d.Endpoints {
-		eps[i] = Endpoint{Addr: de.Addr, Scheme: de.Scheme, Zone: de.Zone, Weight: de.Weight}
+		eps[i] = Endpoint{Addr: de.Addr, meta: &endpointMeta{scheme: de.Scheme, zone: de.Zone, weight: de.Weight}}
 	}
 	fade, err := newFader(cds, cla, d, time.Now())
 	if err != nil {

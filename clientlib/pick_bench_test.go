@@ -19,7 +19,7 @@ func benchRing(tb testing.TB, policy string, n int) (ringhash.Ring, []Endpoint) 
 	keys := make([]ringhash.Endpoint, n)
 	for i := range eps {
 		addr := fmt.Sprintf("10.0.%d.%d:8080", i/256, i%256)
-		eps[i] = Endpoint{Addr: addr, Scheme: "http", Weight: 1}
+		eps[i] = Endpoint{Addr: addr, meta: &endpointMeta{scheme: "http", weight: 1}}
 		keys[i] = ringhash.Endpoint{Key: addr, Weight: 1}
 	}
 	var r ringhash.Ring

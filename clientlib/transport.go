@@ -76,7 +76,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		attempt++
 		out.URL.Host = ep.Addr
 		out.URL.Scheme = "http"
-		if ep.Scheme == "https" {
+		if ep.Scheme() == "https" {
 			out.URL.Scheme = "https"
 		}
 		var err error
