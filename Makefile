@@ -33,7 +33,7 @@ test-unit:
 
 ## test-k8s: only the tests that run against the real kube-apiserver + etcd.
 test-k8s: testbin
-	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 20m -run 'Kube|K8s' ./internal/watch/... ./deploy/...
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 20m -run 'Kube|K8s' ./internal/watch/... ./deploy/... ./cmd/xds-server/
 
 testbin:
 	KUBE_VERSION=$(KUBE_VERSION) bash hack/testbin.sh $(TESTBIN)
