@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,6 +51,20 @@ type options struct {
 	serverLog string
 	seed      uint64
 	keepFile  bool
+	serverEnv envFlag
+}
+
+// envFlag collects repeated KEY=VALUE flags.
+type envFlag []string
+
+func (e *envFlag) String() string { return strings.Join(*e, " ") }
+
+func (e *envFlag) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
@@ -63,6 +78,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.BoolVar(&o.spawn, "spawn-server", false, "start xds-server as a child on free loopback ports (needed for --storm)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "xds-server binary for --spawn-server (default: next to this binary, then bin/xds-server, then $PATH)")
 	fs.DurationVar(&o.debounce, "debounce", 0, "--debounce passed to the spawned server (0: its default)")
+	fs.Var(&o.serverEnv, "server-env", "KEY=VALUE added to the spawned server's environment, such as GOMEMLIMIT=256MiB (repeatable)")
 	fs.StringVar(&o.serverLog, "server-log", "", "file receiving the spawned server's output (default: beside --file)")
 	fs.IntVar(&c.Clients, "clients", 100, "simulated xDS clients")
 	fs.IntVar(&c.Clusters, "clusters", 10, "clusters in the file")
@@ -80,6 +96,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.SlowWait, "slow-wait", 60*time.Second, "how long to wait for the server to disconnect slow consumers")
 	fs.BoolVar(&c.Storm, "storm", false, "after the main phase, restart the server and measure every client's resync (needs --spawn-server)")
 	fs.StringVar(&c.CPUProfile, "cpu-profile", "", "save a server CPU profile over the change phase here (needs /debug/pprof on the debug address)")
+	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after forcing the server's GC before reading its memory")
+	fs.StringVar(&c.HeapProfile, "heap-profile", "", "save the server's heap profile here once every client converged (needs /debug/pprof)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	fs.BoolVar(&o.keepFile, "keep-file", false, "keep the temporary endpoints file and server log")
 	fs.Usage = func() {
@@ -146,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		if o.serverLog == "" {
 			o.serverLog = o.cfg.File + ".server.log"
 		}
-		sp := &loadgen.Spawner{Bin: bin, File: o.cfg.File, Debounce: o.debounce, LogPath: o.serverLog, Logger: log}
+		sp := &loadgen.Spawner{Bin: bin, File: o.cfg.File, Debounce: o.debounce, LogPath: o.serverLog, Logger: log, Env: o.serverEnv}
 		// Stop runs on every return, and SIGINT/SIGTERM cancel ctx, which
 		// ends the run and reaches it too.
 		defer func() { _ = sp.Stop(context.Background()) }()

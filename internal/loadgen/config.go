@@ -71,6 +71,13 @@ type Config struct {
 	// CPUProfile, if set, saves a server CPU profile taken over the change
 	// phase (needs /debug/pprof on the debug address).
 	CPUProfile string
+	// Settle is how long the memory figures wait after forcing the
+	// server's garbage collections, for the runtime to return freed pages
+	// to the kernel (its scavenger works in the background). Zero: 5 s.
+	Settle time.Duration
+	// HeapProfile, if set, saves the server's heap profile once every
+	// client has converged, after forced collections.
+	HeapProfile string
 
 	// Logger receives progress; nil discards it.
 	Logger *zap.Logger
@@ -93,6 +100,9 @@ func (c *Config) defaults() error {
 	}
 	if c.GRPCClusters <= 0 {
 		c.GRPCClusters = 1
+	}
+	if c.Settle <= 0 {
+		c.Settle = 5 * time.Second
 	}
 	if c.SlowWait <= 0 {
 		c.SlowWait = 60 * time.Second

@@ -33,9 +33,13 @@ type Result struct {
 	BytesPerChange                      float64
 	SotWBytesPerPush, DeltaBytesPerPush float64
 	Stale, Unknown                      int
-	Errors                              []string
-	ConnectSeconds                      float64
-	Load                                float64
+	// Unchanged counts EDS resources a client received, within one stream,
+	// with the content it already held: work and bytes spent on a client
+	// the change did not concern.
+	Unchanged      int
+	Errors         []string
+	ConnectSeconds float64
+	Load           float64
 
 	Slow *SlowResult
 	// Storm is set for a reconnect storm.
@@ -82,9 +86,9 @@ func (r *Result) Line() string {
 	if r.HeapIsLive {
 		heap = "live_heap_per_client_kb"
 	}
-	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d errors=%d connect_s=%s load1=%s",
+	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d unchanged_resources=%d errors=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
-		r.Stale, r.Unknown, len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
+		r.Stale, r.Unknown, r.Unchanged, len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
 			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), num(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
@@ -199,6 +203,13 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 			zap.Float64("goroutines_per_client", (loaded.sum("go_goroutines")-idle.sum("go_goroutines"))/n))
 	}
 
+	if cfg.HeapProfile != "" && r.dbg != nil {
+		// Taken right after the forced collections above: live memory
+		// with every client connected and at rest.
+		if err := r.dbg.saveProfile(ctx, "/debug/pprof/heap", cfg.HeapProfile, 30*time.Second); err != nil {
+			r.log.Warn("no server heap profile", zap.Error(err))
+		}
+	}
 	if cfg.OnConverged != nil {
 		cfg.OnConverged()
 	}
@@ -210,7 +221,9 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	if cfg.CPUProfile != "" && r.dbg != nil {
 		secs := int(math.Ceil((time.Duration(cfg.Changes)*cfg.ChangeInterval + 2*time.Second).Seconds()))
 		profDone = make(chan error, 1)
-		go func() { profDone <- r.dbg.cpuProfile(ctx, secs, cfg.CPUProfile) }()
+		go func() {
+			profDone <- r.dbg.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), cfg.CPUProfile, time.Duration(secs+30)*time.Second)
+		}()
 	}
 	phase, err := r.changes(ctx, cfg.Changes)
 	if err != nil {
@@ -268,6 +281,7 @@ func (r *runner) collect(res *Result, _ []*client) {
 		c.mu.Lock()
 		res.Stale += c.stale
 		res.Unknown += c.unknown
+		res.Unchanged += c.redundant
 		for _, err := range c.errs {
 			if len(res.Errors) < 20 {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", c.node.GetId(), err))
@@ -290,19 +304,30 @@ func (r *runner) metricsOrNil(ctx context.Context) promText {
 }
 
 // settledMetrics scrapes after a pause, so the figures are not caught in
-// the middle of a burst of allocation. Where the server has pprof it first
-// forces collections, and live reports that the heap figures are live.
-// RSS is what the kernel sees, collections or not.
+// the middle of a burst of allocation. Where the server has pprof it forces
+// collections and, once the runtime has had Settle to return the freed
+// pages to the kernel, scrapes: live then reports that the heap figures
+// count live memory only. RSS is what the kernel sees either way.
 func (r *runner) settledMetrics(ctx context.Context) (m promText, live bool, err error) {
 	if r.dbg == nil {
 		return nil, false, errors.New("no debug address")
 	}
-	select {
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	case <-time.After(2 * time.Second):
+	pause := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
 	}
-	live = r.dbg.collectGarbage(ctx)
+	if err := pause(2 * time.Second); err != nil {
+		return nil, false, err
+	}
+	if live = r.dbg.collectGarbage(ctx); live {
+		if err := pause(r.cfg.Settle); err != nil {
+			return nil, false, err
+		}
+	}
 	m = r.metricsOrNil(ctx)
 	if m == nil || !m.has("process_resident_memory_bytes") {
 		return nil, false, errors.New("the server exposes no process_resident_memory_bytes")

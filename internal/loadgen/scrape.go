@@ -167,32 +167,33 @@ func (d *debugClient) connectedNodes(ctx context.Context, prefix string) (int, e
 	return n, nil
 }
 
-// cpuProfile saves a CPU profile of the server taken over d. It needs
-// net/http/pprof on the debug address.
-func (d *debugClient) cpuProfile(ctx context.Context, seconds int, path string) error {
-	hc := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.addr, seconds), nil)
+// saveProfile saves a pprof profile from path (such as
+// "/debug/pprof/profile?seconds=10") to file. It needs net/http/pprof on the
+// debug address.
+func (d *debugClient) saveProfile(ctx context.Context, path, file string, timeout time.Duration) error {
+	hc := &http.Client{Timeout: timeout}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+path, nil)
 	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("profile %s: %w", path, err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("profile %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: GET /debug/pprof/profile: status %d (is net/http/pprof on the debug address?)", resp.StatusCode)
+		return fmt.Errorf("profile %s: status %d (is net/http/pprof on the debug address?)", path, resp.StatusCode)
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(file)
 	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("profile %s: %w", path, err)
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("profile %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("profile %s: %w", path, err)
 	}
 	return nil
 }

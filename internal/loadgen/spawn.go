@@ -23,6 +23,9 @@ type Spawner struct {
 	File string
 	// Debounce, if non-zero, is passed as --debounce.
 	Debounce time.Duration
+	// Env is added to the inherited environment, for runtime settings
+	// such as GOMEMLIMIT or GOGC.
+	Env []string
 	// LogPath receives the server's output (appended); empty discards it.
 	LogPath string
 	// Logger receives progress; nil discards it.
@@ -58,6 +61,9 @@ func (s *Spawner) Start(ctx context.Context) (string, string, error) {
 	}
 	cmd := exec.Command(s.Bin, args...)
 	cmd.SysProcAttr = childAttr()
+	if len(s.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.Env...)
+	}
 	if s.LogPath != "" {
 		f, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
