@@ -7,6 +7,7 @@
 #   hack/bench-scale.sh              # full matrix (about 10 minutes)
 #   BENCH_QUICK=1 hack/bench-scale.sh  # small sizes, to check the script
 #   BENCH_NO_DOCS=1 hack/bench-scale.sh  # print only, leave the docs alone
+#   BENCH_REV=abc1234 ...            # commit to record when run outside a clone
 #
 # Every scenario's summary line and log are kept in $BENCH_OUT (default: a
 # temporary directory, printed at the end). A scenario that fails to
@@ -93,7 +94,7 @@ section=$out/section.md
 	echo "client that ever receives older content than it holds fails the run."
 	echo
 	echo "- machine: $(nproc) cores ($cpu), $(awk '/MemTotal/ { printf "%.0f GB", $2 / 1048576 }' /proc/meminfo 2>/dev/null), $(go version | cut -d' ' -f3)"
-	echo "- commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d)"
+	echo "- commit ${BENCH_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%d)"
 	echo "- load average (1, 5, 15 min) before: $load_before, after: $load_after; the client"
 	echo "  simulator shares the machine with the server, so figures on a busy machine"
 	echo "  are upper bounds"
