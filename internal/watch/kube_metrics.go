@@ -46,9 +46,12 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 			Name: "ringxds_kube_problems_total",
 			Help: "Input problems first seen, by kind (annotation, endpointslice).",
 		}, []string{"kind"}),
+		// The same series as the file source's, so one query covers
+		// whichever source a server runs.
 		activeProblems: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ringxds_kube_active_problems",
-			Help: "Input problems currently in force.",
+			Name:        "ringxds_source_problems",
+			Help:        "Input problems a source currently reports.",
+			ConstLabels: prometheus.Labels{"source": "kubernetes"},
 		}),
 		watchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringxds_kube_watch_errors_total",
