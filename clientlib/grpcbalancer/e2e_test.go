@@ -24,7 +24,7 @@ import (
 
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/ringxds/ringxds/clientlib/grpcbalancer"
+	_ "github.com/ringxds/ringxds/clientlib/grpcbalancer"
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/server"
@@ -116,7 +116,10 @@ func debugPick(t *testing.T, debugURL, cluster, key, client string) debug.PickRe
 func TestProxylessGRPCAgreesWithDebugPick(t *testing.T) {
 	var backends []*backend
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "clusters:\n  - name: products\n    lb_policy: skipper\n    hash_header: %s\n    endpoints:\n", grpcbalancer.DefaultHashHeader)
+	// A header other than the default proves the server's hash_header
+	// reaches the balancer through the TypedStruct.
+	const header = "x-product-id"
+	fmt.Fprintf(&yaml, "clusters:\n  - name: products\n    lb_policy: skipper\n    hash_header: %s\n    endpoints:\n", header)
 	for range 5 {
 		l := listen(t)
 		b := &backend{addr: l.Addr().String()}
@@ -156,7 +159,7 @@ func TestProxylessGRPCAgreesWithDebugPick(t *testing.T) {
 		if want.Policy != "skipper" {
 			t.Fatalf("clientlib policy %q, want skipper", want.Policy)
 		}
-		resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(ctx, grpcbalancer.DefaultHashHeader, key), &testgrpc.SimpleRequest{})
+		resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(ctx, header, key), &testgrpc.SimpleRequest{})
 		if err != nil {
 			t.Fatalf("RPC for %s: %v", key, err)
 		}

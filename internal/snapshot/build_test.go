@@ -96,7 +96,9 @@ func TestBuildClusterPerKind(t *testing.T) {
 		Name: "ringxds.skipper",
 		TypedConfig: mustAny(t, &xdstypev3.TypedStruct{
 			TypeUrl: "type.googleapis.com/ringxds.skipper",
-			Value:   &structpb.Struct{},
+			Value: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"hash_header": structpb.NewStringValue("x-hash-key"),
+			}},
 		}),
 	}
 	cluster := func(name string, policies ...*corev3.TypedExtensionConfig) *clusterv3.Cluster {

@@ -130,9 +130,14 @@ func lbPolicies(c *model.Cluster, kind Kind, fade *fadePlan) ([]*clusterv3.LoadB
 		case PolicyNameMaglev:
 			cfg = &maglevv3.Maglev{TableSize: wrapperspb.UInt64(c.TableSize)}
 		case PolicyNameSkipper:
-			// An empty Struct, not nil: grpc-go hands the Struct to a
-			// registered balancer as its JSON config, and nil would be "null".
-			cfg = &xdstypev3.TypedStruct{TypeUrl: SkipperTypeURL, Value: &structpb.Struct{}}
+			// grpc-go hands the Struct to a registered balancer as its JSON
+			// config (clientlib/grpcbalancer). The route's hash policy
+			// cannot reach that balancer (grpc-go keeps the request hash
+			// under an internal context key), so the header it hashes
+			// travels here.
+			cfg = &xdstypev3.TypedStruct{TypeUrl: SkipperTypeURL, Value: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"hash_header": structpb.NewStringValue(c.HashHeader),
+			}}}
 		}
 		a, err := marshalAny(cfg)
 		if err != nil {
