@@ -310,3 +310,33 @@ func isPrime(n uint64) bool {
 	}
 	return true
 }
+
+// Equal reports whether two clusters describe the same thing, field by
+// field. Times compare as instants.
+func (c *Cluster) Equal(o *Cluster) bool {
+	if c.Name != o.Name || c.Policy != o.Policy || c.HashHeader != o.HashHeader ||
+		c.MinRingSize != o.MinRingSize || c.MaxRingSize != o.MaxRingSize || c.TableSize != o.TableSize ||
+		(c.FadeIn == nil) != (o.FadeIn == nil) || (c.FadeIn != nil && *c.FadeIn != *o.FadeIn) ||
+		len(c.Endpoints) != len(o.Endpoints) {
+		return false
+	}
+	for i := range c.Endpoints {
+		a, b := &c.Endpoints[i], &o.Endpoints[i]
+		if a.Address != b.Address || a.Port != b.Port || a.Weight != b.Weight || a.Scheme != b.Scheme ||
+			a.Zone != b.Zone || a.HashKey != b.HashKey || !a.FirstSeen.Equal(b.FirstSeen) {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a copy that shares nothing mutable with c.
+func (c *Cluster) Clone() Cluster {
+	out := *c
+	if c.FadeIn != nil {
+		f := *c.FadeIn
+		out.FadeIn = &f
+	}
+	out.Endpoints = slices.Clone(c.Endpoints)
+	return out
+}

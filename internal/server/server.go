@@ -51,13 +51,16 @@ type Server struct {
 
 	ctx context.Context
 
+	builder *snapshot.Builder
+
 	applyMu sync.Mutex
 	// last is the most recent State applied; fade-in steps rebuild from it.
 	last      model.State
 	stepTimer *time.Timer
-	// published holds, per cache group, the content version of every
-	// resource in that cache, so Apply touches only what changed.
-	published map[string]map[string]string
+	// published holds, per cache group, every resource in that cache with
+	// its content version, so Apply touches only what changed and hashes
+	// only resources the builder did not reuse.
+	published map[string]map[string]publishedResource
 	current   atomic.Pointer[snapshot.Snapshot]
 }
 
@@ -105,7 +108,8 @@ func New(ctx context.Context, opts Options) *Server {
 		registry:  newRegistry(log, m),
 		now:       now,
 		caches:    make(map[string]*cache.LinearCache),
-		published: make(map[string]map[string]string),
+		published: make(map[string]map[string]publishedResource),
+		builder:   snapshot.NewBuilder(),
 		ctx:       ctx,
 	}
 	s.registry.now = now
@@ -191,7 +195,7 @@ func (s *Server) scheduleStep(at time.Time) {
 
 func (s *Server) applyLocked(state model.State) error {
 	start := s.now()
-	snap, err := snapshot.Build(state, start)
+	snap, err := s.builder.Build(state, start)
 	if err != nil {
 		s.metrics.buildErrors.Inc()
 		s.log.Error("snapshot build failed; keeping the published snapshot", zap.Error(err))
@@ -206,22 +210,27 @@ func (s *Server) applyLocked(state model.State) error {
 		deletes []string
 	}
 	var changes []change
-	next := make(map[string]map[string]string, len(s.published))
+	next := make(map[string]map[string]publishedResource, len(s.published))
 	var errs []error
 	for _, t := range resourceTypes {
 		for _, g := range s.groupsOf(t) {
 			res := snap.Kinds[g.kind][t]
 			prev := s.published[g.name]
-			versions := make(map[string]string, len(res))
+			versions := make(map[string]publishedResource, len(res))
 			ch := change{group: g.name, upserts: make(map[string]types.Resource)}
 			for name, r := range res {
+				p, had := prev[name]
+				if had && p.res == r {
+					versions[name] = p // reused by the builder: unchanged
+					continue
+				}
 				v, err := snapshot.Version(r)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s %q: %w", shortType(t), name, err))
 					continue
 				}
-				versions[name] = v
-				if prev[name] != v {
+				versions[name] = publishedResource{res: r, version: v}
+				if !had || p.version != v {
 					ch.upserts[name] = r
 				}
 			}
@@ -279,7 +288,13 @@ func (s *Server) applyLocked(state model.State) error {
 	return nil
 }
 
-func (s *Server) countChanges(group string, upserts map[string]types.Resource, prev map[string]string) {
+// publishedResource is a resource in a cache and its content version.
+type publishedResource struct {
+	res     types.Resource
+	version string
+}
+
+func (s *Server) countChanges(group string, upserts map[string]types.Resource, prev map[string]publishedResource) {
 	var added, updated int
 	for name := range upserts {
 		if _, ok := prev[name]; ok {

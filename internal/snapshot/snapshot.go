@@ -2,9 +2,14 @@ package snapshot
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -78,7 +83,48 @@ type FadeStatus struct {
 // now is the instant fade-in weights are computed for: the resources are
 // those of the fade-in step in force at now (see planFade), and NextStep is
 // the next step instant.
+//
+// Build is a pure function of its arguments. A long-lived caller should use
+// a Builder, which gives the same result while translating only the
+// clusters that changed.
 func Build(state model.State, now time.Time) (*Snapshot, error) {
+	return NewBuilder().Build(state, now)
+}
+
+// Builder builds snapshots incrementally. A cluster whose model is unchanged
+// since the previous Build and which has no fade in progress keeps its
+// resources (the same instances) instead of being translated and validated
+// again, so a change to one cluster costs work for that cluster only.
+// A Builder is safe for concurrent use; builds are serialized.
+type Builder struct {
+	mu   sync.Mutex
+	prev map[string]*clusterSet
+}
+
+// NewBuilder returns a Builder with nothing cached.
+func NewBuilder() *Builder { return &Builder{} }
+
+// clusterSet is one cluster translated for every kind, validated.
+type clusterSet struct {
+	model    model.Cluster
+	clusters map[Kind]*clusterv3.Cluster
+	cla      *endpointv3.ClusterLoadAssignment
+	listener *listenerv3.Listener
+	route    *routev3.RouteConfiguration
+	notes    []string
+	fading   []FadeStatus
+	next     time.Time
+}
+
+// reusable reports whether the set depends on nothing but its model: with a
+// fade in progress it also depends on the time.
+func (cs *clusterSet) reusable() bool { return len(cs.fading) == 0 && cs.next.IsZero() }
+
+// Build translates state as the package-level Build does, reusing what it
+// can from the previous successful Build.
+func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	n := len(state.Clusters)
 	kinds := AllKinds()
 	snap := &Snapshot{
@@ -99,98 +145,104 @@ func Build(state model.State, now time.Time) (*Snapshot, error) {
 		snap.Kinds[k] = r
 	}
 
+	next := make(map[string]*clusterSet, n)
 	for i := range state.Clusters {
 		c := &state.Clusters[i]
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("cluster %q is not normalized: %w", c.Name, err)
-		}
-		if _, dup := snap.Kinds[KindEnvoy][resourcev3.ClusterType][c.Name]; dup {
+		if _, dup := next[c.Name]; dup {
 			return nil, fmt.Errorf("cluster %q: defined twice", c.Name)
 		}
-
-		fade, err := planFade(c, now)
-		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
-		}
-		var notes []string
-		cla, claNotes := buildLoadAssignment(c, fade)
-		notes = append(notes, claNotes...)
-		notes = append(notes, ringNotes(c, fade)...)
-		if fade != nil {
-			notes = append(notes, fade.notes...)
-			if len(fade.status) > 0 {
-				snap.Fading[c.Name] = fade.status
-			}
-			if !fade.next.IsZero() && (snap.NextStep.IsZero() || fade.next.Before(snap.NextStep)) {
-				snap.NextStep = fade.next
+		cs := b.prev[c.Name]
+		if cs == nil || !cs.reusable() || !cs.model.Equal(c) {
+			var err error
+			if cs, err = buildClusterSet(c, now); err != nil {
+				return nil, err
 			}
 		}
-
-		// The listener and route are identical for grpc and clientlib, so
-		// both kinds share one instance.
-		lis, err := buildListener(c)
-		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
-		}
-		route := buildRoute(c)
-
+		next[c.Name] = cs
 		for _, k := range kinds {
-			cds, cdsNotes, err := buildCluster(c, k, fade)
-			if err != nil {
-				return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
-			}
-			notes = append(notes, cdsNotes...)
 			r := snap.Kinds[k]
-			r[resourcev3.ClusterType][c.Name] = cds
-			r[resourcev3.EndpointType][c.Name] = cla
+			r[resourcev3.ClusterType][c.Name] = cs.clusters[k]
+			r[resourcev3.EndpointType][c.Name] = cs.cla
 			if k != KindEnvoy {
-				r[resourcev3.ListenerType][c.Name] = lis
-				r[resourcev3.RouteType][c.Name] = route
+				r[resourcev3.ListenerType][c.Name] = cs.listener
+				r[resourcev3.RouteType][c.Name] = cs.route
 			}
 		}
-		if len(notes) > 0 {
-			snap.Notes[c.Name] = notes
+		if len(cs.notes) > 0 {
+			snap.Notes[c.Name] = cs.notes
+		}
+		if len(cs.fading) > 0 {
+			snap.Fading[c.Name] = cs.fading
+		}
+		if !cs.next.IsZero() && (snap.NextStep.IsZero() || cs.next.Before(snap.NextStep)) {
+			snap.NextStep = cs.next
 		}
 	}
-
-	// Kinds share resource instances; each is validated once.
-	validated := make(map[types.Resource]bool, 4*n)
 	for _, k := range kinds {
-		if err := validateAll(snap.Kinds[k], validated); err != nil {
-			return nil, fmt.Errorf("%s resources: %w", k, err)
-		}
 		if err := snap.Kinds[k].Consistent(); err != nil {
 			return nil, fmt.Errorf("%s resources: %w", k, err)
 		}
 	}
+	b.prev = next
 	return snap, nil
+}
+
+// buildClusterSet translates and validates one cluster for every kind.
+func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster %q is not normalized: %w", c.Name, err)
+	}
+	fade, err := planFade(c, now)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, 3)}
+	cla, claNotes := buildLoadAssignment(c, fade)
+	cs.cla = cla
+	cs.notes = append(cs.notes, claNotes...)
+	cs.notes = append(cs.notes, ringNotes(c, fade)...)
+	if fade != nil {
+		cs.notes = append(cs.notes, fade.notes...)
+		cs.fading = fade.status
+		cs.next = fade.next
+	}
+	// The listener and route are identical for grpc and clientlib, so both
+	// kinds share one instance.
+	if cs.listener, err = buildListener(c); err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	cs.route = buildRoute(c)
+	for _, k := range AllKinds() {
+		cds, cdsNotes, err := buildCluster(c, k, fade)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
+		}
+		cs.notes = append(cs.notes, cdsNotes...)
+		cs.clusters[k] = cds
+	}
+	// The proto validation rules Envoy and go-control-plane apply: an
+	// invalid model is caught here rather than NACKed by every client.
+	// Shared instances are validated once.
+	done := make(map[types.Resource]bool, 6)
+	for _, res := range []types.Resource{cs.cla, cs.listener, cs.route, cs.clusters[KindEnvoy], cs.clusters[KindGRPC], cs.clusters[KindClientlib]} {
+		if done[res] {
+			continue
+		}
+		done[res] = true
+		v, ok := res.(validator)
+		if !ok {
+			return nil, fmt.Errorf("cluster %q: %T has no validation rules", c.Name, res)
+		}
+		if err := v.ValidateAll(); err != nil {
+			return nil, fmt.Errorf("cluster %q: %T: %w", c.Name, res, err)
+		}
+	}
+	return cs, nil
 }
 
 // validator is implemented by every Envoy API message (protoc-gen-validate).
 type validator interface {
 	ValidateAll() error
-}
-
-// validateAll runs the proto validation rules Envoy and go-control-plane
-// apply, so that an invalid model is caught here rather than NACKed by every
-// client. Resources in done are skipped; validated ones are added to it.
-func validateAll(r Resources, done map[types.Resource]bool) error {
-	for typ, byName := range r {
-		for name, res := range byName {
-			if done[res] {
-				continue
-			}
-			done[res] = true
-			v, ok := res.(validator)
-			if !ok {
-				return fmt.Errorf("%s %q: %T has no validation rules", typ, name, res)
-			}
-			if err := v.ValidateAll(); err != nil {
-				return fmt.Errorf("%s %q: %w", typ, name, err)
-			}
-		}
-	}
-	return nil
 }
 
 // Version returns a content-derived version: the hex XXH64 of the

@@ -1,0 +1,193 @@
+package snapshot
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/ringxds/ringxds/internal/model"
+)
+
+// versions maps kind/type/name to the content version of every resource.
+func versions(t *testing.T, s *Snapshot) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k, byType := range s.Kinds {
+		for typ, byName := range byType {
+			for name, res := range byName {
+				v, err := Version(res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[string(k)+" "+typ+" "+name] = v
+			}
+		}
+	}
+	return out
+}
+
+// An incremental Builder must give exactly what a fresh Build gives, through
+// random edits, additions, removals and fades advancing with the clock.
+func TestBuilderMatchesFreshBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	clusters := map[string]model.Cluster{}
+	for i := range 8 {
+		name := fmt.Sprintf("svc-%d", i)
+		clusters[name] = randomCluster(rng, name, 2+rng.IntN(10))
+	}
+	b := NewBuilder()
+	now := epoch
+	for step := range 60 {
+		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		name := fmt.Sprintf("svc-%d", rng.IntN(10))
+		switch c, ok := clusters[name]; {
+		case !ok:
+			clusters[name] = randomCluster(rng, name, 2+rng.IntN(10))
+		case rng.IntN(5) == 0:
+			delete(clusters, name)
+		default:
+			c = c.Clone()
+			if c.Policy != model.PolicyMaglev && rng.IntN(2) == 0 {
+				c.FadeIn = &model.FadeIn{Duration: 5 * time.Second, Exponent: 2}
+			}
+			c.Endpoints = append(c.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.9.%d.%d", step, rng.IntN(250)+1), Port: 80, Weight: 1, FirstSeen: now})
+			clusters[name] = c
+		}
+		var list []model.Cluster
+		for _, c := range clusters {
+			list = append(list, c.Clone())
+		}
+		st := state(t, list...)
+		inc, err := b.Build(st, now)
+		if err != nil {
+			t.Fatalf("step %d: incremental: %v", step, err)
+		}
+		fresh, err := Build(st, now)
+		if err != nil {
+			t.Fatalf("step %d: fresh: %v", step, err)
+		}
+		vi, vf := versions(t, inc), versions(t, fresh)
+		if len(vi) != len(vf) {
+			t.Fatalf("step %d: %d resources incrementally, %d fresh", step, len(vi), len(vf))
+		}
+		for k, v := range vf {
+			if vi[k] != v {
+				t.Fatalf("step %d: %s differs between incremental and fresh builds", step, k)
+			}
+		}
+		if !inc.NextStep.Equal(fresh.NextStep) || fmt.Sprint(inc.Notes) != fmt.Sprint(fresh.Notes) || len(inc.Fading) != len(fresh.Fading) {
+			t.Fatalf("step %d: next step, notes or fading differ", step)
+		}
+	}
+}
+
+func TestBuilderReusesUnchangedClusters(t *testing.T) {
+	a := model.Cluster{Name: "a", Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 80}, {Address: "10.0.0.2", Port: 80}}}
+	c := model.Cluster{Name: "c", Endpoints: []model.Endpoint{{Address: "10.0.1.1", Port: 80}}}
+	b := NewBuilder()
+	first, err := b.Build(state(t, a, c), epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := c.Clone()
+	c2.Endpoints = append(c2.Endpoints, model.Endpoint{Address: "10.0.1.2", Port: 80})
+	second, err := b.Build(state(t, a, c2), epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(s1, s2 *Snapshot, typ, name string) bool {
+		var r1, r2 types.Resource = s1.Kinds[KindGRPC][typ][name], s2.Kinds[KindGRPC][typ][name]
+		return r1 == r2
+	}
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType} {
+		if !same(first, second, typ, "a") {
+			t.Errorf("unchanged cluster a: %s rebuilt", typ)
+		}
+	}
+	if same(first, second, resourcev3.EndpointType, "c") {
+		t.Error("changed cluster c kept its old endpoints")
+	}
+	// A fading cluster depends on the time and is rebuilt even when unchanged.
+	f := model.Cluster{Name: "f", FadeIn: &model.FadeIn{Duration: 10 * time.Second, Exponent: 1},
+		Endpoints: []model.Endpoint{{Address: "10.0.2.1", Port: 80}, {Address: "10.0.2.2", Port: 80, FirstSeen: epoch}}}
+	s1, err := b.Build(state(t, a, f), epoch.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := b.Build(state(t, a, f), epoch.Add(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same(s1, s2, resourcev3.EndpointType, "f") {
+		t.Error("a fading cluster was reused across fade steps")
+	}
+}
+
+func TestClusterEqual(t *testing.T) {
+	base := model.Cluster{Name: "a", Policy: model.PolicyRingHash, HashHeader: "h", MinRingSize: 4, MaxRingSize: 8,
+		FadeIn:    &model.FadeIn{Duration: time.Second, Exponent: 1},
+		Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: epoch}}}
+	edits := map[string]func(*model.Cluster){
+		"name": func(c *model.Cluster) { c.Name = "b" }, "policy": func(c *model.Cluster) { c.Policy = model.PolicySkipper },
+		"header": func(c *model.Cluster) { c.HashHeader = "g" }, "min": func(c *model.Cluster) { c.MinRingSize = 2 },
+		"max": func(c *model.Cluster) { c.MaxRingSize = 16 }, "table": func(c *model.Cluster) { c.TableSize = 7 },
+		"fade off":      func(c *model.Cluster) { c.FadeIn = nil },
+		"fade exponent": func(c *model.Cluster) { c.FadeIn.Exponent = 2 },
+		"address":       func(c *model.Cluster) { c.Endpoints[0].Address = "10.0.0.2" },
+		"port":          func(c *model.Cluster) { c.Endpoints[0].Port = 2 },
+		"weight":        func(c *model.Cluster) { c.Endpoints[0].Weight = 2 },
+		"scheme":        func(c *model.Cluster) { c.Endpoints[0].Scheme = "h2c" },
+		"zone":          func(c *model.Cluster) { c.Endpoints[0].Zone = "y" },
+		"hash key":      func(c *model.Cluster) { c.Endpoints[0].HashKey = "j" },
+		"first seen":    func(c *model.Cluster) { c.Endpoints[0].FirstSeen = epoch.Add(time.Second) },
+		"extra":         func(c *model.Cluster) { c.Endpoints = append(c.Endpoints, model.Endpoint{}) },
+	}
+	for name, edit := range edits {
+		c := base.Clone()
+		if !c.Equal(&base) {
+			t.Fatal("a clone is not equal")
+		}
+		edit(&c)
+		if c.Equal(&base) || base.Equal(&c) {
+			t.Errorf("Equal misses a change of %s", name)
+		}
+	}
+	loc := base.Clone()
+	loc.Endpoints[0].FirstSeen = epoch.In(time.FixedZone("x", 3600))
+	if !loc.Equal(&base) {
+		t.Error("the same instant in another zone compares unequal")
+	}
+}
+
+// BenchmarkBuildOneClusterChanged is the common push: one cluster of 100
+// changes, the other 99 are reused.
+func BenchmarkBuildOneClusterChanged(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var clusters []model.Cluster
+	for i := range 100 {
+		clusters = append(clusters, randomCluster(rng, fmt.Sprintf("svc-%03d", i), 100))
+	}
+	s1 := state(b, clusters...)
+	clusters[42].Endpoints = clusters[42].Endpoints[1:]
+	s2 := state(b, clusters...)
+	bld := NewBuilder()
+	if _, err := bld.Build(s1, epoch); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		st := s1
+		if i%2 == 1 {
+			st = s2
+		}
+		i++
+		if _, err := bld.Build(st, epoch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
