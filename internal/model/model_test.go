@@ -109,3 +109,40 @@ func TestNormalizeSortsAndRejectsDuplicateClusters(t *testing.T) {
 		t.Fatalf("duplicate cluster: %v", err)
 	}
 }
+
+func TestClusterEqual(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := Cluster{Name: "a", Policy: PolicyRingHash, HashHeader: "h", MinRingSize: 4, MaxRingSize: 8,
+		FadeIn:    &FadeIn{Duration: time.Second, Exponent: 1},
+		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: t0}}}
+	edits := map[string]func(*Cluster){
+		"name": func(c *Cluster) { c.Name = "b" }, "policy": func(c *Cluster) { c.Policy = PolicySkipper },
+		"header": func(c *Cluster) { c.HashHeader = "g" }, "min": func(c *Cluster) { c.MinRingSize = 2 },
+		"max": func(c *Cluster) { c.MaxRingSize = 16 }, "table": func(c *Cluster) { c.TableSize = 7 },
+		"fade off":      func(c *Cluster) { c.FadeIn = nil },
+		"fade exponent": func(c *Cluster) { c.FadeIn.Exponent = 2 },
+		"address":       func(c *Cluster) { c.Endpoints[0].Address = "10.0.0.2" },
+		"port":          func(c *Cluster) { c.Endpoints[0].Port = 2 },
+		"weight":        func(c *Cluster) { c.Endpoints[0].Weight = 2 },
+		"scheme":        func(c *Cluster) { c.Endpoints[0].Scheme = "h2c" },
+		"zone":          func(c *Cluster) { c.Endpoints[0].Zone = "y" },
+		"hash key":      func(c *Cluster) { c.Endpoints[0].HashKey = "j" },
+		"first seen":    func(c *Cluster) { c.Endpoints[0].FirstSeen = t0.Add(time.Second) },
+		"extra":         func(c *Cluster) { c.Endpoints = append(c.Endpoints, Endpoint{}) },
+	}
+	for name, edit := range edits {
+		c := base.Clone()
+		if !c.Equal(&base) {
+			t.Fatal("a clone is not equal")
+		}
+		edit(&c)
+		if c.Equal(&base) || base.Equal(&c) {
+			t.Errorf("Equal misses a change of %s", name)
+		}
+	}
+	loc := base.Clone()
+	loc.Endpoints[0].FirstSeen = t0.In(time.FixedZone("x", 3600))
+	if !loc.Equal(&base) {
+		t.Error("the same instant in another zone compares unequal")
+	}
+}

@@ -127,42 +127,6 @@ func TestBuilderReusesUnchangedClusters(t *testing.T) {
 	}
 }
 
-func TestClusterEqual(t *testing.T) {
-	base := model.Cluster{Name: "a", Policy: model.PolicyRingHash, HashHeader: "h", MinRingSize: 4, MaxRingSize: 8,
-		FadeIn:    &model.FadeIn{Duration: time.Second, Exponent: 1},
-		Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: epoch}}}
-	edits := map[string]func(*model.Cluster){
-		"name": func(c *model.Cluster) { c.Name = "b" }, "policy": func(c *model.Cluster) { c.Policy = model.PolicySkipper },
-		"header": func(c *model.Cluster) { c.HashHeader = "g" }, "min": func(c *model.Cluster) { c.MinRingSize = 2 },
-		"max": func(c *model.Cluster) { c.MaxRingSize = 16 }, "table": func(c *model.Cluster) { c.TableSize = 7 },
-		"fade off":      func(c *model.Cluster) { c.FadeIn = nil },
-		"fade exponent": func(c *model.Cluster) { c.FadeIn.Exponent = 2 },
-		"address":       func(c *model.Cluster) { c.Endpoints[0].Address = "10.0.0.2" },
-		"port":          func(c *model.Cluster) { c.Endpoints[0].Port = 2 },
-		"weight":        func(c *model.Cluster) { c.Endpoints[0].Weight = 2 },
-		"scheme":        func(c *model.Cluster) { c.Endpoints[0].Scheme = "h2c" },
-		"zone":          func(c *model.Cluster) { c.Endpoints[0].Zone = "y" },
-		"hash key":      func(c *model.Cluster) { c.Endpoints[0].HashKey = "j" },
-		"first seen":    func(c *model.Cluster) { c.Endpoints[0].FirstSeen = epoch.Add(time.Second) },
-		"extra":         func(c *model.Cluster) { c.Endpoints = append(c.Endpoints, model.Endpoint{}) },
-	}
-	for name, edit := range edits {
-		c := base.Clone()
-		if !c.Equal(&base) {
-			t.Fatal("a clone is not equal")
-		}
-		edit(&c)
-		if c.Equal(&base) || base.Equal(&c) {
-			t.Errorf("Equal misses a change of %s", name)
-		}
-	}
-	loc := base.Clone()
-	loc.Endpoints[0].FirstSeen = epoch.In(time.FixedZone("x", 3600))
-	if !loc.Equal(&base) {
-		t.Error("the same instant in another zone compares unequal")
-	}
-}
-
 // BenchmarkBuildOneClusterChanged is the common push: one cluster of 100
 // changes, the other 99 are reused.
 func BenchmarkBuildOneClusterChanged(b *testing.B) {
