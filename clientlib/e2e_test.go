@@ -19,7 +19,7 @@ func TestAgreesWithDebugPick(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			backends := startBackends(t, 5)
 			cp := startControlPlane(t, tempFile(t, clusterYAML("products", policy, "", backends)), "")
-			c := dial(t, cp.xdsAddr)
+			c := dial(t, cp.XDSAddr)
 			b := balancer(t, c, "products", clientlib.WithBoundedLoad(false))
 			if b.Policy() != policy {
 				t.Fatalf("policy %q, want %q", b.Policy(), policy)
@@ -31,7 +31,7 @@ func TestAgreesWithDebugPick(t *testing.T) {
 			perBackend := map[string]int{}
 			for i := range 1000 {
 				key := fmt.Sprintf("product-%d", i)
-				want := cp.pick("products", key, "clientlib")
+				want := cp.Pick("products", key, "clientlib")
 				if want.Policy != policy {
 					t.Fatalf("/debug/pick policy %q, want %q", want.Policy, policy)
 				}
@@ -68,7 +68,7 @@ func TestAgreesWithDebugPick(t *testing.T) {
 func TestFrozenBackendIsWalkedAround(t *testing.T) {
 	backends := startBackends(t, 5)
 	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "ring_hash", "", backends)), "")
-	c := dial(t, cp.xdsAddr)
+	c := dial(t, cp.XDSAddr)
 	b := balancer(t, c, "products", clientlib.WithoutRetry())
 	victim := backends[0]
 
@@ -76,7 +76,7 @@ func TestFrozenBackendIsWalkedAround(t *testing.T) {
 	owner := map[string]string{}
 	for i := range keys {
 		keys[i] = fmt.Sprintf("sku-%d", i)
-		owner[keys[i]] = cp.pick("products", keys[i], "clientlib").Endpoint
+		owner[keys[i]] = cp.Pick("products", keys[i], "clientlib").Endpoint
 	}
 
 	type result struct {
@@ -199,7 +199,7 @@ func TestServerLossKeepsPickingAndResyncs(t *testing.T) {
 	backends := startBackends(t, 6)
 	file := tempFile(t, clusterYAML("products", "skipper", "", backends[:5]))
 	cp := startControlPlane(t, file, "")
-	c := dial(t, cp.xdsAddr)
+	c := dial(t, cp.XDSAddr)
 	b := balancer(t, c, "products", clientlib.WithBoundedLoad(false))
 	hc := transportClient(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -208,10 +208,10 @@ func TestServerLossKeepsPickingAndResyncs(t *testing.T) {
 	want := map[string]string{}
 	for i := range 100 {
 		key := fmt.Sprintf("k-%d", i)
-		want[key] = cp.pick("products", key, "clientlib").Endpoint
+		want[key] = cp.Pick("products", key, "clientlib").Endpoint
 	}
 
-	cp.stop()
+	cp.Stop()
 	waitFor(t, 5*time.Second, "the client to notice the server is gone", func() bool { return !c.Connected() })
 	for key, ep := range want {
 		got, err := b.Pick(key)
@@ -225,13 +225,13 @@ func TestServerLossKeepsPickingAndResyncs(t *testing.T) {
 
 	// A new server on the same address, now with a sixth endpoint.
 	writeFile(t, file, clusterYAML("products", "skipper", "", backends))
-	cp2 := startControlPlane(t, file, cp.xdsAddr)
+	cp2 := startControlPlane(t, file, cp.XDSAddr)
 	waitFor(t, 10*time.Second, "the client to resync with the new server", func() bool {
 		return c.Connected() && len(b.Endpoints()) == 6
 	})
 	for key := range want {
 		got, _ := b.Pick(key)
-		if w := cp2.pick("products", key, "clientlib").Endpoint; got.Addr != w {
+		if w := cp2.Pick("products", key, "clientlib").Endpoint; got.Addr != w {
 			t.Fatalf("after resync: Pick(%s) = %s, /debug/pick says %s", key, got.Addr, w)
 		}
 	}
@@ -244,12 +244,12 @@ func TestHotKeySpillsAtMostTenHops(t *testing.T) {
 	// load between them, so a hot key saturates them and the cap binds.
 	backends := startBackends(t, 20)
 	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "ring_hash", "", backends)), "")
-	c := dial(t, cp.xdsAddr)
+	c := dial(t, cp.XDSAddr)
 	b := balancer(t, c, "products", clientlib.WithoutRetry())
 	hc := transportClient(b)
 
 	const hot = "product-hot"
-	d := cp.decoded("products")
+	d := decoded(t, cp, "products")
 	var order []string
 	d.Ring.Walk(ringhashKey(hot), func(i int) bool {
 		order = append(order, d.Endpoints[i].Addr)
@@ -313,7 +313,7 @@ func TestFadeInSendsOnlyOwnedKeys(t *testing.T) {
 			extra := fmt.Sprintf("    fade_in: {duration: %v, exponent: 1}\n", fade)
 			file := tempFile(t, clusterYAML("products", policy, extra, backends[:5]))
 			cp := startControlPlane(t, file, "")
-			c := dial(t, cp.xdsAddr)
+			c := dial(t, cp.XDSAddr)
 			b := balancer(t, c, "products", clientlib.WithBoundedLoad(false))
 			hc := transportClient(b)
 			newcomer := backends[5]
@@ -350,7 +350,7 @@ func TestFadeInSendsOnlyOwnedKeys(t *testing.T) {
 
 			moved := 0
 			for _, key := range keys {
-				final := cp.pick("products", key, "clientlib").Endpoint
+				final := cp.Pick("products", key, "clientlib").Endpoint
 				s := seq[key]
 				if s[len(s)-1] != final {
 					t.Errorf("key %s ended on %s, /debug/pick says %s", key, s[len(s)-1], final)
@@ -368,7 +368,7 @@ func TestFadeInSendsOnlyOwnedKeys(t *testing.T) {
 				}
 			}
 			for key := range newcomer.keys() {
-				if w := cp.pick("products", key, "clientlib").Endpoint; w != newcomer.addr {
+				if w := cp.Pick("products", key, "clientlib").Endpoint; w != newcomer.addr {
 					t.Errorf("the new backend received %s, which %s owns", key, w)
 				}
 			}
@@ -389,7 +389,7 @@ func TestMetrics(t *testing.T) {
 	backends := startBackends(t, 5)
 	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "maglev", "", backends)), "")
 	reg := prometheus.NewRegistry()
-	c := dial(t, cp.xdsAddr, clientlib.WithRegisterer(reg))
+	c := dial(t, cp.XDSAddr, clientlib.WithRegisterer(reg))
 	b := balancer(t, c, "products")
 	hc := transportClient(b)
 	for i := range 20 {
