@@ -508,7 +508,9 @@ type Stats struct {
 	WalkDistance [MaxWalk]uint64
 	// InFlight and Queued are the calls running and waiting under the cap.
 	InFlight, Queued int
-	// Endpoints on the ring, Frozen among them, and Fading in.
+	// Endpoints on the ring, Frozen among them, and Fading in through the
+	// N-ring (a ring_hash cluster ramping through its EDS weights fades
+	// in the published ring itself and counts 0 here).
 	Endpoints, Frozen, Fading int
 }
 

@@ -9,21 +9,10 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/snapshot"
-)
-
-// Fade-in metadata in the "ringxds" endpoint metadata namespace, as the
-// server publishes it (internal/snapshot, MetadataFadeStart and siblings).
-const (
-	metaFadeStart       = "fade_start"    // RFC 3339, nanoseconds
-	metaFadeDuration    = "fade_duration" // Go duration, "30s"
-	metaFadeExponent    = "fade_exponent" // number
-	metaRingEntries     = "ring_entries"  // set when ring_hash is laid out for a weight ramp
-	defaultFadeExponent = 1.0
 )
 
 // newFader returns the N-ring for a cluster with endpoints fading in at
@@ -37,27 +26,19 @@ const (
 // fade twice. Skipper (which ignores weights) and Maglev (whose server
 // keeps weights) fade in here, with one ring per scale-up event.
 func newFader(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded, now time.Time) (fader, error) {
+	// Decode reads the fade metadata (snapshot.MetadataFadeStart and
+	// siblings in the "ringxds" namespace); metadata that does not parse
+	// leaves an endpoint established there, and so here.
 	members := make([]fadein.Member, len(d.Endpoints))
 	fading, laidOut := false, false
 	for i, de := range d.Endpoints {
-		members[i].Key = ringhash.Endpoint{Key: de.Addr, Weight: de.Weight}
-		f := de.Metadata.GetFields()
-		if _, ok := f[metaRingEntries]; ok {
-			laidOut = true
+		members[i] = fadein.Member{
+			Key:       ringhash.Endpoint{Key: de.Addr, Weight: de.Weight},
+			FadeStart: de.FadeStart,
+			Curve:     de.FadeCurve,
 		}
-		start, ok := f[metaFadeStart]
-		if !ok {
-			continue
-		}
-		m, ok := fadeMember(start, f)
-		if !ok {
-			// As Decode and the data planes do: fade metadata that does
-			// not parse leaves the endpoint established.
-			continue
-		}
-		m.Key = members[i].Key
-		members[i] = m
-		if m.Curve.Share(now.Sub(m.FadeStart)) < 1 {
+		laidOut = laidOut || de.RingEntries > 0
+		if !de.FadeStart.IsZero() && de.FadeCurve.Share(now.Sub(de.FadeStart)) < 1 {
 			fading = true
 		}
 	}
@@ -98,26 +79,6 @@ func newFader(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *
 		return nil, fmt.Errorf("fade-in rings: %w", err)
 	}
 	return n, nil
-}
-
-func fadeMember(start *structpb.Value, f map[string]*structpb.Value) (fadein.Member, bool) {
-	var m fadein.Member
-	t, err := time.Parse(time.RFC3339Nano, start.GetStringValue())
-	if err != nil {
-		return m, false
-	}
-	d, err := time.ParseDuration(f[metaFadeDuration].GetStringValue())
-	if err != nil || d <= 0 {
-		return m, false
-	}
-	exp := defaultFadeExponent
-	if v, ok := f[metaFadeExponent]; ok {
-		if exp = v.GetNumberValue(); !(exp > 0) {
-			return m, false
-		}
-	}
-	m.FadeStart, m.Curve = t, fadein.Curve{Duration: d, Exponent: exp}
-	return m, true
 }
 
 // joinHostPort is DecodedEndpoint.Addr's form of a socket address.
