@@ -54,12 +54,8 @@ type Client struct {
 	ctx                context.Context // ends at Close; balancer tickers run under it
 	mu                 sync.Mutex
 	balancers          map[string]*Balancer
-	balancerOpts       map[string][]BalancerOption
 	clusters           map[string]*clusterv3.Cluster                // accepted, by name
 	endpoints          map[string]*endpointv3.ClusterLoadAssignment // accepted, by EDS service name
-	clusterVersion     string
-	endpointVersion    string
-	lastErr            error
 	subscribedClusters []string
 }
 

@@ -73,7 +73,11 @@ func (b *ringBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 
 func (b *ringBalancer) ResolverError(err error) { b.child.ResolverError(err) }
 
+// UpdateSubConnState is part of balancer.Balancer. SubConns here are created
+// by endpointsharding's children with state listeners, so this only
+// forwards, as grpc-go's own wrapping policies do.
 func (b *ringBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	//lint:ignore SA1019 the interface requires the method; forwarding keeps the child's contract
 	b.child.UpdateSubConnState(sc, s)
 }
 

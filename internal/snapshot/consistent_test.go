@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -40,7 +39,7 @@ func TestConsistent(t *testing.T) {
 		{"cluster missing", KindClientlib, func(r Resources) { delete(r[resourcev3.ClusterType], "b") }, `route "b" names cluster "b"`},
 		{"endpoints missing", KindEnvoy, func(r Resources) { delete(r[resourcev3.EndpointType], "a") }, `cluster "a" needs endpoints "a"`},
 		{"eds service name", KindEnvoy, func(r Resources) {
-			c := proto.Clone(r[resourcev3.ClusterType]["a"].(types.Resource)).(*clusterv3.Cluster)
+			c := proto.Clone(r[resourcev3.ClusterType]["a"]).(*clusterv3.Cluster)
 			c.EdsClusterConfig.ServiceName = "elsewhere"
 			r[resourcev3.ClusterType]["a"] = c
 		}, `cluster "a" needs endpoints "elsewhere"`},

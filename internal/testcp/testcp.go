@@ -39,9 +39,8 @@ type ControlPlane struct {
 }
 
 type options struct {
-	xdsAddr  string
-	now      func() time.Time
-	logLevel zap.AtomicLevel
+	xdsAddr string
+	now     func() time.Time
 }
 
 // Option configures Start.
