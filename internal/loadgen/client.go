@@ -82,23 +82,35 @@ type client struct {
 	sotw  map[string]*sotwState
 	delta map[string]*deltaState
 
+	// The fields below are read by the runner while the client runs.
 	mu sync.Mutex
 	// last is the newest generation received per cluster index.
 	last map[int]int
 	// watched are the cluster indexes of the EDS names subscribed.
-	watched     map[int]bool
-	samples     []sample
-	stale       int
-	unknown     int
-	errs        []error
-	sessions    int
-	sessionAt   time.Time
-	lastEDSAt   time.Time
-	edsBytes    int64
-	edsPushes   int
-	redundant   int
-	sessionEDS  bool
-	established bool
+	watched map[int]bool
+	// samples are first arrivals of generations, for propagation times.
+	samples []sample
+	// stale counts content older than what the client held; unknown,
+	// content the file never held; errs, the first few protocol errors.
+	stale, unknown int
+	errs           []error
+	// withdrawn counts clusters, listeners or assignments the server told
+	// the client to drop. The file never removes any, so each one is a
+	// window in which a real proxy would have had no route or no endpoint.
+	withdrawn int
+	// sessions counts streams opened; sessionAt is when the current one
+	// first proved live; lastEDSAt, the latest EDS response.
+	sessions  int
+	sessionAt time.Time
+	lastEDSAt time.Time
+	// edsBytes and edsPushes total the EDS responses received.
+	edsBytes  int64
+	edsPushes int
+	// redundant counts EDS resources re-sent unchanged within a stream;
+	// sessionEDS is set once the current stream delivered EDS (the first
+	// response of a SotW stream legitimately repeats everything).
+	redundant  int
+	sessionEDS bool
 }
 
 type sotwState struct {
@@ -106,6 +118,8 @@ type sotwState struct {
 	version string
 	nonce   string
 	sent    bool
+	// held are the names the last full-state (LDS, CDS) response carried.
+	held map[string]bool
 }
 
 type deltaState struct {
@@ -243,9 +257,15 @@ func (c *client) sotwSession(ctx context.Context) error {
 		case resource.EndpointType:
 			c.observeEDS(resp.GetResources(), now, proto.Size(resp))
 		case resource.ListenerType, resource.RouteType, resource.ClusterType:
-			refs, err = c.refsOf(resp.GetResources())
+			var names []string
+			names, refs, err = c.refsOf(resp.GetResources())
 			if err != nil {
 				c.fail(err)
+			}
+			if typeURL != resource.RouteType {
+				// LDS and CDS responses are full state: a name held
+				// before and missing now is withdrawn.
+				c.checkFullState(s, typeURL, names, now)
 			}
 			next = map[string]string{resource.ListenerType: resource.RouteType, resource.RouteType: resource.ClusterType, resource.ClusterType: resource.EndpointType}[typeURL]
 		}
@@ -322,12 +342,15 @@ func (c *client) deltaSession(ctx context.Context) error {
 		for _, name := range resp.GetRemovedResources() {
 			delete(ds.versions, name)
 		}
+		if n := len(resp.GetRemovedResources()); n > 0 {
+			c.withdraw(typeURL, resp.GetRemovedResources(), now)
+		}
 		var sub, unsub []string
 		switch typeURL {
 		case resource.EndpointType:
 			c.observeEDS(anys, now, proto.Size(resp))
 		case resource.ClusterType:
-			refs, err := c.refsOf(anys)
+			_, refs, err := c.refsOf(anys)
 			if err != nil {
 				c.fail(err)
 			}
@@ -370,8 +393,8 @@ func (c *client) deltaFor(typeURL string) *deltaState {
 	return s
 }
 
-func (c *client) refsOf(anys []*anypb.Any) ([]string, error) {
-	var refs []string
+// refsOf returns the names of the resources and what they refer to.
+func (c *client) refsOf(anys []*anypb.Any) (names, refs []string, err error) {
 	var errs []error
 	for _, a := range anys {
 		d, err := c.sh.decoder.decode(a)
@@ -379,9 +402,45 @@ func (c *client) refsOf(anys []*anypb.Any) ([]string, error) {
 			errs = append(errs, err)
 			continue
 		}
+		names = append(names, d.name)
 		refs = append(refs, d.refs...)
 	}
-	return refs, errors.Join(errs...)
+	return names, refs, errors.Join(errs...)
+}
+
+// checkFullState records the names of a full-state SotW response and
+// counts those it dropped.
+func (c *client) checkFullState(s *sotwState, typeURL string, names []string, now time.Time) {
+	next := make(map[string]bool, len(names))
+	for _, n := range names {
+		next[n] = true
+	}
+	var gone []string
+	for n := range s.held {
+		if !next[n] {
+			gone = append(gone, n)
+		}
+	}
+	s.held = next
+	if len(gone) > 0 {
+		c.withdraw(typeURL, gone, now)
+	}
+}
+
+func (c *client) withdraw(typeURL string, names []string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.withdrawn += len(names)
+	slices.Sort(names)
+	level := zap.DebugLevel
+	if c.withdrawn == len(names) {
+		level = zap.WarnLevel // the first time per client
+	}
+	if ce := c.sh.log.Check(level, "the server withdrew resources the file still holds"); ce != nil {
+		ce.Write(zap.String("node", c.node.GetId()),
+			zap.String("type", shortType(typeURL)), zap.Int("count", len(names)), zap.String("first", names[0]),
+			zap.Int("session", c.sessions), zap.Time("at", now))
+	}
 }
 
 func (c *client) markSession(now time.Time) {
@@ -445,6 +504,10 @@ func (c *client) observeEDS(anys []*anypb.Any, now time.Time, size int) {
 		case known && g.gen == last:
 			if c.sessionEDS {
 				c.redundant++
+				if c.redundant <= 3 {
+					c.sh.log.Debug("EDS resource re-sent unchanged", zap.String("node", c.node.GetId()),
+						zap.String("cluster", c.sh.topo.clusters[g.ci].name), zap.Int("gen", g.gen), zap.Int("session", c.sessions), zap.Int("resources", len(anys)))
+				}
 			}
 		default:
 			if known {

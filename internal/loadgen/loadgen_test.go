@@ -64,7 +64,6 @@ func (p *inProcess) Start(ctx context.Context) (string, string, error) {
 		return "", "", err
 	}
 	srv.Register(g)
-	go func() { _ = g.Serve(xl) }()
 	hs := &http.Server{Handler: debug.New(debug.Options{Server: srv, Problems: src.Problems, Gatherer: reg, Logger: p.log.Named("debug")})}
 	go func() { _ = hs.Serve(dl) }()
 	srcDone := make(chan struct{})
@@ -85,12 +84,17 @@ func (p *inProcess) Start(ctx context.Context) (string, string, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for !srv.Ready() {
 		if time.Now().After(deadline) {
+			_ = xl.Close()
 			p.stop()
 			p.stop = nil
 			return "", "", errors.New("no snapshot within 10 s")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// xDS is served only once the first snapshot is published: a client
+	// reconnecting earlier would be told that every resource it holds is
+	// gone (empty caches), which the run counts as withdrawn.
+	go func() { _ = g.Serve(xl) }()
 	return p.xdsAddr, p.debugAddr, nil
 }
 
@@ -148,7 +152,7 @@ func TestShortRunConvergesAndResyncsAfterRestart(t *testing.T) {
 	if !strings.HasPrefix(line, "clients=200 clusters=4 endpoints=40 changes=6 converged=200/200 ") {
 		t.Fatalf("summary line does not start with the run's shape: %s", line)
 	}
-	for _, key := range []string{"propagation_p50_ms=", "propagation_p99_ms=", "propagation_max_ms=", "server_rss_mb=", "bytes_per_change=", "storm_resynced=200/200"} {
+	for _, key := range []string{"propagation_p50_ms=", "propagation_p99_ms=", "propagation_max_ms=", "server_rss_mb=", "bytes_per_change=", " withdrawn=0 ", "storm_resynced=200/200"} {
 		if !strings.Contains(line, key) {
 			t.Errorf("summary line lacks %s: %s", key, line)
 		}

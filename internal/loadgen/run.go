@@ -33,6 +33,18 @@ type Result struct {
 	BytesPerChange                      float64
 	SotWBytesPerPush, DeltaBytesPerPush float64
 	Stale, Unknown                      int
+	// Withdrawn counts resources the server told clients to drop although
+	// the file still held them (see client.withdrawn).
+	Withdrawn int
+	// ChangeToPushMS is the server's mean time from the first file event
+	// to its caches holding the change (ringxds_change_to_push_seconds:
+	// debounce, reparse, build, diff and the caches' fan-out to watches);
+	// the rest of the propagation time is delivery. BuildMS and PushMS
+	// are the mean snapshot build and build+diff+cache update.
+	ChangeToPushMS, BuildMS, PushMS float64
+	// ServerCPUSeconds and ToolCPUSeconds are the CPU time the server and
+	// this tool used during the change phase (the machine is shared).
+	ServerCPUSeconds, ToolCPUSeconds float64
 	// Unchanged counts EDS resources a client received, within one stream,
 	// with the content it already held: work and bytes spent on a client
 	// the change did not concern.
@@ -67,9 +79,9 @@ type StormResult struct {
 }
 
 // OK reports whether every client converged and none ever saw stale or
-// unknown content.
+// unknown content, or was told to drop what the file still held.
 func (r *Result) OK() bool {
-	ok := r.Converged == r.Clients && r.Stale == 0 && r.Unknown == 0 && len(r.Errors) == 0
+	ok := r.Converged == r.Clients && r.Stale == 0 && r.Unknown == 0 && r.Withdrawn == 0 && len(r.Errors) == 0
 	if r.Storm != nil {
 		ok = ok && r.Storm.Resynced == r.Clients
 	}
@@ -86,12 +98,12 @@ func (r *Result) Line() string {
 	if r.HeapIsLive {
 		heap = "live_heap_per_client_kb"
 	}
-	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d unchanged_resources=%d errors=%d connect_s=%s load1=%s",
+	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
-		r.Stale, r.Unknown, r.Unchanged, len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
+		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
-			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), num(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
+			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), signed(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
 			s.Disconnected, s.Consumers, num(s.DisconnectSeconds, 1))
 	}
 	if s := r.Storm; s != nil {
@@ -99,6 +111,24 @@ func (r *Result) Line() string {
 			s.Resynced, r.Clients, num(s.ResyncP50, 1), num(s.ResyncP99, 1), num(s.ResyncMax, 1))
 	}
 	return b.String()
+}
+
+// meanMS is the mean of a histogram in seconds between two scrapes, in
+// milliseconds; -1 without observations.
+func meanMS(before, after promText, name string) float64 {
+	n := after.sum(name+"_count") - before.sum(name+"_count")
+	if n <= 0 {
+		return -1
+	}
+	return (after.sum(name+"_sum") - before.sum(name+"_sum")) / n * 1000
+}
+
+// signed formats a figure that may be negative, or NA for NaN.
+func signed(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "NA"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
 }
 
 // num formats a figure, or NA for one that was not measured.
@@ -172,7 +202,7 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	cfg := r.cfg
 	res := &Result{Clients: cfg.Clients, Clusters: cfg.Clusters, Endpoints: cfg.Endpoints, Changes: cfg.Changes,
 		ServerRSSMB: -1, RSSPerClientKB: -1, HeapPerClientKB: -1, StackPerClientKB: -1, BytesPerChange: -1, P50: -1, P99: -1, Max: -1,
-		SotWBytesPerPush: -1, DeltaBytesPerPush: -1}
+		SotWBytesPerPush: -1, DeltaBytesPerPush: -1, ChangeToPushMS: -1, BuildMS: -1, PushMS: -1, ServerCPUSeconds: -1, ToolCPUSeconds: -1}
 	// The idle figure is taken with the file loaded and no client: what
 	// each client adds is measured against it.
 	idle, idleLive, _ := r.settledMetrics(ctx)
@@ -217,6 +247,7 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	// The measured phase.
 	before := r.metricsOrNil(ctx)
 	bytesBefore := r.clientBytes()
+	cpuBefore := selfCPU()
 	var profDone chan error
 	if cfg.CPUProfile != "" && r.dbg != nil {
 		secs := int(math.Ceil((time.Duration(cfg.Changes)*cfg.ChangeInterval + 2*time.Second).Seconds()))
@@ -237,11 +268,18 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 			r.log.Info("server CPU profile saved", zap.String("path", cfg.CPUProfile))
 		}
 	}
+	if cpu := selfCPU(); cpu >= 0 && cpuBefore >= 0 {
+		res.ToolCPUSeconds = (cpu - cpuBefore).Seconds()
+	}
 	lat := r.latencies(phase)
 	res.Samples = len(lat)
 	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 	if after := r.metricsOrNil(ctx); before != nil && after != nil && cfg.Changes > 0 {
 		res.BytesPerChange = (after.sum("ringxds_xds_bytes_sent_total") - before.sum("ringxds_xds_bytes_sent_total")) / float64(cfg.Changes)
+		res.ServerCPUSeconds = after.sum("process_cpu_seconds_total") - before.sum("process_cpu_seconds_total")
+		res.ChangeToPushMS = meanMS(before, after, "ringxds_change_to_push_seconds")
+		res.BuildMS = meanMS(before, after, "ringxds_snapshot_build_seconds")
+		res.PushMS = meanMS(before, after, "ringxds_xds_push_seconds")
 	}
 	res.SotWBytesPerPush, res.DeltaBytesPerPush = r.clientBytes().since(bytesBefore)
 	if convErr != nil {
@@ -277,11 +315,19 @@ func (r *runner) collect(res *Result, _ []*client) {
 			res.Converged++
 		}
 	}
+	unchangedByKind := map[string]int{}
+	defer func() {
+		if res.Unchanged > 0 {
+			r.log.Info("EDS resources re-sent unchanged within a stream, by client kind", zap.Any("counts", unchangedByKind))
+		}
+	}()
 	for _, c := range append(slices.Clone(r.clients), r.slow...) {
 		c.mu.Lock()
 		res.Stale += c.stale
 		res.Unknown += c.unknown
 		res.Unchanged += c.redundant
+		res.Withdrawn += c.withdrawn
+		unchangedByKind[c.kind.String()] += c.redundant
 		for _, err := range c.errs {
 			if len(res.Errors) < 20 {
 				res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", c.node.GetId(), err))

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // compares the other clients' p99 with baseline. It then waits for the
 // server to disconnect the slow consumers, sampling its memory meanwhile.
 func (r *runner) slowPhase(ctx context.Context, baseline float64) (*SlowResult, error) {
-	res := &SlowResult{Consumers: len(r.slow), BaselineP99: baseline, MaxRSSMB: -1, DisconnectSeconds: -1}
+	res := &SlowResult{Consumers: len(r.slow), BaselineP99: baseline, MaxRSSMB: -1, DisconnectSeconds: -1, P99ChangePct: math.NaN()}
 	for _, g := range r.gates {
 		g.stop()
 	}
