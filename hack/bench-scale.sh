@@ -8,6 +8,7 @@
 #   BENCH_QUICK=1 hack/bench-scale.sh  # small sizes, to check the script
 #   BENCH_NO_DOCS=1 hack/bench-scale.sh  # print only, leave the docs alone
 #   BENCH_REV=abc1234 ...            # commit to record when run outside a clone
+#   BENCH_FROM=/tmp/dir hack/bench-scale.sh  # re-render the docs from a kept run
 #
 # Every scenario's summary line and log are kept in $BENCH_OUT (default: a
 # temporary directory, printed at the end). A scenario that fails to
@@ -20,8 +21,11 @@ out=${BENCH_OUT:-$(mktemp -d -t ringxds-bench-XXXXXX)}
 mkdir -p "$out/bin"
 docs=$root/docs/benchmarks.md
 
-echo "building into $out/bin" >&2
-go build -o "$out/bin/" ./cmd/xds-server ./cmd/xds-loadgen
+from=${BENCH_FROM:-}
+if [[ -z $from ]]; then
+	echo "building into $out/bin" >&2
+	go build -o "$out/bin/" ./cmd/xds-server ./cmd/xds-loadgen
+fi
 loadgen=$out/bin/xds-loadgen
 
 base="--clusters 100 --endpoints 10000"
@@ -51,13 +55,21 @@ status=0
 rows=()
 lines=()
 load_before=$(loadavg)
+[[ -z $from ]] || load_before=$(cat "$from/load_before")
+echo "$load_before" >"$out/load_before"
 for s in "${scenarios[@]}"; do
 	IFS='|' read -r name what flags <<<"$s"
-	echo "== $name: xds-loadgen --spawn-server $flags (load $(loadavg))" >&2
 	rc=0
-	# shellcheck disable=SC2086 # flags are words on purpose
-	line=$("$loadgen" --spawn-server --server-bin "$out/bin/xds-server" --log-level warn \
-		--file "$out/$name.yaml" --keep-file $flags 2>"$out/$name.log" | tail -n 1) || rc=$?
+	if [[ -n $from ]]; then
+		line=$(cat "$from/$name.line")
+		rc=$(cat "$from/$name.rc")
+	else
+		echo "== $name: xds-loadgen --spawn-server $flags (load $(loadavg))" >&2
+		# shellcheck disable=SC2086 # flags are words on purpose
+		line=$("$loadgen" --spawn-server --server-bin "$out/bin/xds-server" --log-level warn \
+			--file "$out/$name.yaml" --keep-file $flags 2>"$out/$name.log" | tail -n 1) || rc=$?
+		echo "$rc" >"$out/$name.rc"
+	fi
 	echo "$line" | tee "$out/$name.line" >&2
 	if [[ $rc != 0 ]]; then
 		status=1
@@ -66,7 +78,7 @@ for s in "${scenarios[@]}"; do
 	[[ $rc == 0 ]] || verdict="FAILED (exit $rc)"
 	extra=""
 	case $name in
-	storm-*) extra="resynced $(kv "$line" storm_resynced), resync p99 $(kv "$line" storm_resync_p99_ms) ms, max $(kv "$line" storm_resync_max_ms) ms" ;;
+	storm-*) extra="resynced $(kv "$line" storm_resynced), resync p99 $(kv "$line" storm_resync_p99_ms) ms, max $(kv "$line" storm_resync_max_ms) ms; resources withdrawn $(kv "$line" withdrawn), re-sent unchanged $(kv "$line" unchanged_resources)" ;;
 	slow-*) extra="others' p99 $(kv "$line" baseline_p99_ms) -> $(kv "$line" slow_p99_ms) ms ($(kv "$line" slow_p99_change_pct)%), disconnected $(kv "$line" slow_disconnected) after $(kv "$line" slow_disconnect_s) s, max RSS $(kv "$line" slow_max_rss_mb) MB" ;;
 	sotw-* | delta-*) extra="EDS bytes per push: SotW $(kv "$line" sotw_eds_bytes_per_push), delta $(kv "$line" delta_eds_bytes_per_push)" ;;
 	esac
@@ -76,6 +88,8 @@ for s in "${scenarios[@]}"; do
 	lines+=("xds-loadgen --spawn-server $flags" "  $line")
 done
 load_after=$(loadavg)
+[[ -z $from ]] || load_after=$(cat "$from/load_after")
+echo "$load_after" >"$out/load_after"
 
 cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || echo unknown)
 section=$out/section.md
@@ -100,9 +114,13 @@ section=$out/section.md
 	echo "  are upper bounds"
 	echo
 	echo "Server memory per client is above the idle server (file loaded, no client),"
-	echo "2 s after every client converged. RSS includes gRPC's pooled encode buffers"
-	echo "from the initial full-state responses; the live heap is taken after two"
-	echo "forced collections (\`/debug/pprof/heap?gc=1\`), stacks are the goroutines'."
+	echo "read 2 s after every client converged, then two forced collections"
+	echo "(\`/debug/pprof/heap?gc=1\`) and 5 s for the runtime to return freed pages."
+	echo "RSS still holds what the initial full-state responses (about 800 KB of EDS"
+	echo "per Envoy-like client) left in gRPC's buffer pools and the runtime's free"
+	echo "spans; the live heap and the goroutine stacks are what each client keeps."
+	echo "A \`withdrawn\` resource is one the server told a client to drop although the"
+	echo "file still held it: a real proxy would have lost that cluster meanwhile."
 	echo "Bytes per change is \`ringxds_xds_bytes_sent_total\` over the change phase"
 	echo "divided by the number of changes. The server columns split the propagation"
 	echo "time: change-to-push is the mean of \`ringxds_change_to_push_seconds\` (first"
