@@ -98,19 +98,19 @@ type client struct {
 	// the client to drop. The file never removes any, so each one is a
 	// window in which a real proxy would have had no route or no endpoint.
 	withdrawn int
-	// sessions counts streams opened; sessionAt is when the current one
+	// streams counts streams opened; liveAt is when the current one
 	// first proved live; lastEDSAt, the latest EDS response.
-	sessions  int
-	sessionAt time.Time
+	streams   int
+	liveAt    time.Time
 	lastEDSAt time.Time
 	// edsBytes and edsPushes total the EDS responses received.
 	edsBytes  int64
 	edsPushes int
 	// redundant counts EDS resources re-sent unchanged within a stream;
-	// sessionEDS is set once the current stream delivered EDS (the first
+	// streamEDS is set once the current stream delivered EDS (the first
 	// response of a SotW stream legitimately repeats everything).
-	redundant  int
-	sessionEDS bool
+	redundant int
+	streamEDS bool
 }
 
 type sotwState struct {
@@ -156,9 +156,9 @@ func (c *client) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		var err error
 		if c.kind == envoyDelta {
-			err = c.deltaSession(ctx)
+			err = c.deltaStream(ctx)
 		} else {
-			err = c.sotwSession(ctx)
+			err = c.sotwStream(ctx)
 		}
 		if ctx.Err() != nil {
 			return
@@ -189,22 +189,22 @@ func (c *client) fail(err error) {
 	}
 }
 
-func (c *client) beginSession() {
+func (c *client) beginStream() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sessions++
-	c.sessionAt = time.Time{}
-	c.sessionEDS = false
+	c.streams++
+	c.liveAt = time.Time{}
+	c.streamEDS = false
 }
 
-// sotwSession runs one SotW ADS stream.
-func (c *client) sotwSession(ctx context.Context) error {
+// sotwStream runs one SotW ADS stream.
+func (c *client) sotwStream(ctx context.Context) error {
 	ads := discovery.NewAggregatedDiscoveryServiceClient(c.conn)
 	st, err := ads.StreamAggregatedResources(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("open SotW stream: %w", err)
 	}
-	c.beginSession()
+	c.beginStream()
 	for _, s := range c.sotw {
 		s.nonce, s.sent = "", false
 	}
@@ -248,7 +248,7 @@ func (c *client) sotwSession(ctx context.Context) error {
 			return err
 		}
 		now := time.Now()
-		c.markSession(now)
+		c.markLive(now)
 		typeURL := resp.GetTypeUrl()
 		s := c.sotwFor(typeURL)
 		var next string // the type whose subscription this response changes
@@ -299,15 +299,15 @@ func (c *client) sotwFor(typeURL string) *sotwState {
 	return s
 }
 
-// deltaSession runs one delta ADS stream. On a reconnect it sends the
+// deltaStream runs one delta ADS stream. On a reconnect it sends the
 // resource versions it holds, so the server can skip what did not change.
-func (c *client) deltaSession(ctx context.Context) error {
+func (c *client) deltaStream(ctx context.Context) error {
 	ads := discovery.NewAggregatedDiscoveryServiceClient(c.conn)
 	st, err := ads.DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("open delta stream: %w", err)
 	}
-	c.beginSession()
+	c.beginStream()
 	cds, eds := c.deltaFor(resource.ClusterType), c.deltaFor(resource.EndpointType)
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{
 		Node: c.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
@@ -325,7 +325,7 @@ func (c *client) deltaSession(ctx context.Context) error {
 	}
 	// The stream is usable as soon as it is open: with all versions current
 	// the server rightly sends nothing.
-	c.markSession(time.Now())
+	c.markLive(time.Now())
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -439,15 +439,15 @@ func (c *client) withdraw(typeURL string, names []string, now time.Time) {
 	if ce := c.sh.log.Check(level, "the server withdrew resources the file still holds"); ce != nil {
 		ce.Write(zap.String("node", c.node.GetId()),
 			zap.String("type", shortType(typeURL)), zap.Int("count", len(names)), zap.String("first", names[0]),
-			zap.Int("session", c.sessions), zap.Time("at", now))
+			zap.Int("stream", c.streams), zap.Time("at", now))
 	}
 }
 
-func (c *client) markSession(now time.Time) {
+func (c *client) markLive(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sessionAt.IsZero() {
-		c.sessionAt = now
+	if c.liveAt.IsZero() {
+		c.liveAt = now
 	}
 }
 
@@ -502,11 +502,11 @@ func (c *client) observeEDS(anys []*anypb.Any, now time.Time, size int) {
 			// roll back its endpoints.
 			c.stale++
 		case known && g.gen == last:
-			if c.sessionEDS {
+			if c.streamEDS {
 				c.redundant++
 				if c.redundant <= 3 {
 					c.sh.log.Debug("EDS resource re-sent unchanged", zap.String("node", c.node.GetId()),
-						zap.String("cluster", c.sh.topo.clusters[g.ci].name), zap.Int("gen", g.gen), zap.Int("session", c.sessions), zap.Int("resources", len(anys)))
+						zap.String("cluster", c.sh.topo.clusters[g.ci].name), zap.Int("gen", g.gen), zap.Int("stream", c.streams), zap.Int("resources", len(anys)))
 				}
 			}
 		default:
@@ -518,7 +518,7 @@ func (c *client) observeEDS(anys []*anypb.Any, now time.Time, size int) {
 			c.last[g.ci] = g.gen
 		}
 	}
-	c.sessionEDS = true
+	c.streamEDS = true
 }
 
 // converged reports whether the client holds the target generation of

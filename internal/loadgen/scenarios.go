@@ -129,7 +129,7 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 			if _, ok := resynced(c); !ok {
 				c.mu.Lock()
 				r.log.Warn("client did not resync", zap.String("node", c.node.GetId()), zap.Bool("converged", c.convergedLocked(target)),
-					zap.Int("sessions", c.sessions), zap.Time("session_at", c.sessionAt), zap.Time("last_eds_at", c.lastEDSAt))
+					zap.Int("streams", c.streams), zap.Time("live_at", c.liveAt), zap.Time("last_eds_at", c.lastEDSAt))
 				c.mu.Unlock()
 			}
 		}
