@@ -9,10 +9,15 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/ringxds/ringxds/internal/kubetest"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/testcp"
@@ -117,4 +122,68 @@ func TestKubeServiceSeenByGRPCClient(t *testing.T) {
 		v, ok := edsAcked()
 		return ok && v != first
 	})
+}
+
+// A delta client reconnecting to a restarted server names the resources it
+// holds. Until the server's first snapshot its caches are empty, and
+// answering then would tell the client everything was removed. The server
+// must hold such clients until it has a snapshot. The Kubernetes source
+// publishes only after its informers sync, which opens that window wide.
+func TestKubeRestartedServerDoesNotWithdrawBeforeFirstSnapshot(t *testing.T) {
+	env := kubetest.Start(t)
+	ns := env.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := env.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"ringxds.io/enabled": "true"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := "web." + ns
+
+	lis := &listeners{xds: testcp.Listen(t, "127.0.0.1:0"), debug: testcp.Listen(t, "127.0.0.1:0")}
+	cc, err := grpc.NewClient(lis.xds.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"--source=kubernetes", "--kubeconfig", env.Kubeconfig(t), "--namespace", ns, "--log-level=warn"}, &syncBuffer{}, lis)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	// Reconnect at once, as a delta Envoy does, naming what it holds.
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{
+		Node: &core.Node{Id: "restarted-envoy", UserAgentName: "envoy"}, TypeUrl: resource.ClusterType,
+		InitialResourceVersions: map[string]string{cluster: "held-before-restart"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetRemovedResources()) > 0 {
+		t.Fatalf("the restarted server withdrew %v before its first snapshot", resp.GetRemovedResources())
+	}
+	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetName() != cluster {
+		t.Fatalf("first response carries %d resources, want the cluster %s", len(resp.GetResources()), cluster)
+	}
 }

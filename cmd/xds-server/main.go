@@ -180,7 +180,16 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	httpServer := &http.Server{Handler: dbg, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
 
 	errc := make(chan error, 3)
-	go func() { errc <- wrapErr("xDS server", grpcServer.Serve(lis.xds)) }()
+	go func() {
+		// xDS is served only once there is something to serve: see
+		// server.WaitReady. /healthz answers meanwhile; /readyz does not.
+		if err := xds.WaitReady(ctx); err != nil {
+			_ = lis.xds.Close()
+			errc <- nil
+			return
+		}
+		errc <- wrapErr("xDS server", grpcServer.Serve(lis.xds))
+	}()
 	go func() {
 		err := httpServer.Serve(lis.debug)
 		if errors.Is(err, http.ErrServerClosed) {

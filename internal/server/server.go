@@ -62,6 +62,9 @@ type Server struct {
 	// only resources the builder did not reuse.
 	published map[string]map[string]publishedResource
 	current   atomic.Pointer[snapshot.Snapshot]
+	// ready is closed by the first successful Apply.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // resourceTypes in the order upserts are applied: a resource is in its cache
@@ -111,6 +114,7 @@ func New(ctx context.Context, opts Options) *Server {
 		published: make(map[string]map[string]publishedResource),
 		builder:   snapshot.NewBuilder(),
 		ctx:       ctx,
+		ready:     make(chan struct{}),
 	}
 	s.registry.now = now
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
@@ -277,6 +281,7 @@ func (s *Server) applyLocked(state model.State) error {
 		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
 	}
 	s.current.Store(snap)
+	s.readyOnce.Do(func() { close(s.ready) })
 	s.scheduleStep(snap.NextStep)
 	done := s.now()
 	s.metrics.applySeconds.Observe(done.Sub(start).Seconds())
@@ -336,6 +341,22 @@ func (s *Server) Current() *snapshot.Snapshot { return s.current.Load() }
 
 // Ready reports whether a snapshot has been published.
 func (s *Server) Ready() bool { return s.current.Load() != nil }
+
+// WaitReady blocks until the first snapshot is published or ctx ends.
+//
+// Streams must not be served before then: the caches are empty, so a
+// reconnecting delta client would be told every resource it holds was
+// removed, and a SotW client could receive an empty cluster list, which
+// makes an Envoy drop every cluster. Callers bind the socket early and
+// start serving after WaitReady; clients wait in the listen backlog.
+func (s *Server) WaitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // Clients returns the status of every open xDS stream.
 func (s *Server) Clients() []ClientStatus { return s.registry.snapshot() }

@@ -81,7 +81,12 @@ func Start(t testing.TB, file string, opts ...Option) *ControlPlane {
 	srv.Register(g)
 	xl := Listen(t, o.xdsAddr)
 	dl := Listen(t, "127.0.0.1:0")
-	go func() { _ = g.Serve(xl) }()
+	go func() {
+		// As cmd/xds-server: serve xDS only once a snapshot exists.
+		if srv.WaitReady(ctx) == nil {
+			_ = g.Serve(xl)
+		}
+	}()
 	hs := &http.Server{Handler: debug.New(debug.Options{Server: srv, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})}
 	go func() { _ = hs.Serve(dl) }()
 	srcDone := make(chan struct{})
