@@ -7,9 +7,10 @@ PKGS      := ./...
 # The kube-apiserver + etcd used by the Kubernetes integration tests. Built
 # once per machine and cached outside the clone (see hack/testbin.sh).
 KUBE_VERSION ?= v1.37.2
+STATICCHECK_VERSION ?= v0.8.2
 TESTBIN   := $(CURDIR)/.testbin
 
-.PHONY: all build run demo test test-unit test-k8s testbin browser bench lint clean
+.PHONY: all build run demo test test-unit test-k8s testbin browser bench bench-scale lint clean
 
 all: build
 
@@ -55,6 +56,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## bench-scale: the control plane scale matrix (spawns xds-server on loopback,
+## about 8 minutes) and rewrites "## Control plane scale" in docs/benchmarks.md.
+bench-scale:
+	bash hack/bench-scale.sh
 
 clean:
 	rm -rf $(BIN) testout

@@ -42,13 +42,6 @@ func (k clientKind) String() string {
 	return "grpc-sotw"
 }
 
-func (k clientKind) protocol() string {
-	if k == envoyDelta {
-		return "delta"
-	}
-	return "sotw"
-}
-
 // sample is the first arrival at a client of a cluster's generation.
 type sample struct {
 	cluster, gen int
@@ -549,13 +542,6 @@ func (c *client) convergedLocked(target []int) bool {
 		}
 	}
 	return true
-}
-
-// watches reports whether the client subscribes to cluster ci.
-func (c *client) watches(ci int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.watched[ci]
 }
 
 func sortedKeys(m map[string]bool) []string {

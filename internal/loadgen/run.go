@@ -453,9 +453,10 @@ func (r *runner) dial(g *gate) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
-		// Small, shared transport buffers keep thousands of simulated
-		// clients from crowding the server out of the machine's memory.
-		grpc.WithReadBufferSize(8 << 10), grpc.WithWriteBufferSize(8 << 10), grpc.WithSharedWriteBuffer(true),
+		// Small transport buffers (write buffers are shared by default)
+		// keep thousands of simulated clients from crowding the server out
+		// of the machine's memory.
+		grpc.WithReadBufferSize(8 << 10), grpc.WithWriteBufferSize(8 << 10),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 5 * time.Second,
