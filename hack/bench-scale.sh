@@ -97,7 +97,7 @@ section=$out/section.md
 	echo "## Control plane scale"
 	echo
 	echo "Measured by \`hack/bench-scale.sh\` (\`make bench-scale\`): each row spawns a fresh"
-	echo "\`xds-server\` on loopback with the default 100 ms file debounce, writes 100"
+	echo "\`xds-server\` on loopback with the default 50 ms file debounce, writes 100"
 	echo "clusters with 10,000 endpoints in all, connects the clients (one gRPC"
 	echo "connection each, as separate proxies have), then makes one endpoint change"
 	echo "(one to three endpoints of one cluster) every 500 ms. Propagation is the time"
