@@ -292,7 +292,10 @@ func (c *Client) onClusters(resources []*anypb.Any) error {
 			continue
 		}
 		c.clusters[cds.GetName()] = cds
-		if cla != nil {
+		// A fade step changes CDS and EDS together, but they arrive as
+		// separate responses: keep the current ring until both halves of
+		// the step are here, or keys would move between old endpoints.
+		if cla != nil && snapshot.PairConsistent(cds, cla) {
 			if err := c.publishLocked(b, cds, cla, d); err != nil {
 				rejected = append(rejected, err.Error())
 			}
@@ -324,7 +327,7 @@ func (c *Client) onEndpoints(resources []*anypb.Any) error {
 				continue
 			}
 			d, err := snapshot.Decode(cds, cla, snapshot.KindClientlib)
-			if err == nil {
+			if err == nil && snapshot.PairConsistent(cds, cla) {
 				err = c.publishLocked(c.balancers[name], cds, cla, d)
 			}
 			if err != nil {

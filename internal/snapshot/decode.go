@@ -437,3 +437,38 @@ func RouteHashHeader(rc *routev3.RouteConfiguration, cluster string) (string, bo
 	}
 	return "", false
 }
+
+// PairConsistent reports whether cds and cla belong to the same fade-in
+// step. A step of a laid-out cluster changes the ring size in CDS and the
+// weights in EDS; a client that builds a ring from one step's size and
+// another step's weights moves keys between old endpoints for a moment.
+// Assignments without a step ring size (no fade-in layout) always pair.
+func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) bool {
+	var step uint64
+	for _, loc := range cla.GetEndpoints() {
+		for _, lb := range loc.GetLbEndpoints() {
+			if n := lb.GetMetadata().GetFilterMetadata()[MetadataRingxds].GetFields()[MetadataRingSize].GetNumberValue(); n >= 1 {
+				step = uint64(n)
+				break
+			}
+		}
+		if step != 0 {
+			break
+		}
+	}
+	if step == 0 {
+		return true
+	}
+	for _, p := range cds.GetLoadBalancingPolicy().GetPolicies() {
+		cfg := p.GetTypedExtensionConfig().GetTypedConfig()
+		if cfg.GetTypeUrl() != typeURLRingHash {
+			continue
+		}
+		rh := &ringhashv3.RingHash{}
+		if err := cfg.UnmarshalTo(rh); err != nil {
+			return false
+		}
+		return rh.GetMinimumRingSize().GetValue() == step && rh.GetMaximumRingSize().GetValue() == step
+	}
+	return true
+}

@@ -41,8 +41,9 @@
 //     for a fading endpoint also "fade_start" (RFC 3339, UTC),
 //     "fade_duration" and "fade_exponent", so clients and replicas compute
 //     the same share without extra pushes; and, in clusters laid out for
-//     fade-in, "ring_entries", the endpoint's final entry count
-//     (docs/fade-in.md).
+//     fade-in, "ring_entries", the endpoint's final entry count, and
+//     "ring_size", the ring size of the step these weights belong to
+//     (see PairConsistent and docs/fade-in.md).
 //
 // # Decoding
 //

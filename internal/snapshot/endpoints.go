@@ -81,7 +81,7 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan) (*endpointv3.ClusterL
 		}
 		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
 		if fade != nil {
-			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve)
+			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve, fade.ringSize)
 		}
 	}
 
@@ -101,11 +101,12 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan) (*endpointv3.ClusterL
 // applyFade overrides endpoint i's weight with the fade plan's and adds the
 // fade-in metadata: the final ring entries in a laid-out cluster, and the
 // start and curve while the endpoint fades.
-func (a *endpointArena) applyFade(i int, fe fadeEndpoint, curve fadein.Curve) {
+func (a *endpointArena) applyFade(i int, fe fadeEndpoint, curve fadein.Curve, ringSize uint64) {
 	a.weights[i].Value = fe.weight
 	rx := a.ringxds[i].Fields
 	if fe.entries > 0 {
 		rx[MetadataRingEntries] = structpb.NewNumberValue(float64(fe.entries))
+		rx[MetadataRingSize] = structpb.NewNumberValue(float64(ringSize))
 	}
 	if fe.fading {
 		rx[MetadataFadeStart] = structpb.NewStringValue(fe.start.UTC().Format(time.RFC3339Nano))

@@ -25,6 +25,12 @@ const (
 	// cluster whose ring is laid out for fade-in, so a client can build the
 	// final ring (fadein.NewCountRing) while the EDS weights still ramp.
 	MetadataRingEntries = "ring_entries"
+	// MetadataRingSize is, in a laid-out cluster, the ring size of the fade
+	// step the endpoint weights belong to: the minimum and maximum ring size
+	// the same step publishes in CDS. A fade step changes both CDS and EDS,
+	// which reach a client as separate messages; this lets a client tell
+	// whether it holds both halves of one step (see PairConsistent).
+	MetadataRingSize = "ring_size"
 )
 
 // fadeEndpoint is what fade-in decides for one endpoint.

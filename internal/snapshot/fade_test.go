@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/ringhash"
@@ -366,5 +369,40 @@ func TestFadeOffLeavesResourcesAlone(t *testing.T) {
 	vb, _ := Version(b.Kinds[KindEnvoy]["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"][c.Name])
 	if va != vb || !a.NextStep.IsZero() || len(a.Fading) != 0 {
 		t.Fatal("a cluster without fade_in published fade-in changes")
+	}
+}
+
+// Each fade step publishes its ring size in CDS and in the EDS metadata, so
+// a client holding one step's CDS and another step's EDS can tell.
+func TestPairConsistentAcrossFadeSteps(t *testing.T) {
+	start := epoch
+	c := fadeCluster(model.PolicyRingHash, 8, map[int]time.Time{8: start}, 1)
+	st := state(t, c)
+	early, err := Build(st, start.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := Build(st, start.Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cds := func(s *Snapshot) *clusterv3.Cluster {
+		return s.Kinds[KindGRPC][resourcev3.ClusterType]["products"].(*clusterv3.Cluster)
+	}
+	cla := func(s *Snapshot) *endpointv3.ClusterLoadAssignment {
+		return s.Kinds[KindGRPC][resourcev3.EndpointType]["products"].(*endpointv3.ClusterLoadAssignment)
+	}
+	if !PairConsistent(cds(early), cla(early)) || !PairConsistent(cds(late), cla(late)) {
+		t.Fatal("a step's own CDS and EDS do not pair")
+	}
+	if PairConsistent(cds(early), cla(late)) || PairConsistent(cds(late), cla(early)) {
+		t.Fatal("CDS and EDS of different steps pair")
+	}
+	plain, err := Build(state(t, model.Cluster{Name: "products", Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 80}}}), start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !PairConsistent(cds(early), cla(plain)) {
+		t.Fatal("an assignment without fade layout must always pair")
 	}
 }
