@@ -18,6 +18,7 @@ import (
 	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
@@ -202,13 +203,7 @@ func selectPolicy(cds *clusterv3.Cluster, kind Kind) (ringPolicy, error) {
 	switch cds.GetLbPolicy() {
 	case clusterv3.Cluster_RING_HASH:
 		rh := cds.GetRingHashLbConfig()
-		pol := ringPolicy{
-			name:     ringhash.PolicyRingHash,
-			minSize:  rh.GetMinimumRingSize().GetValue(),
-			maxSize:  rh.GetMaximumRingSize().GetValue(),
-			minUnset: rh.GetMinimumRingSize() == nil,
-			maxUnset: rh.GetMaximumRingSize() == nil,
-		}
+		pol := ringHashPolicy(rh.GetMinimumRingSize(), rh.GetMaximumRingSize())
 		switch rh.GetHashFunction() {
 		case clusterv3.Cluster_RingHashLbConfig_XX_HASH:
 		case clusterv3.Cluster_RingHashLbConfig_MURMUR_HASH_2:
@@ -230,6 +225,19 @@ func selectPolicy(cds *clusterv3.Cluster, kind Kind) (ringPolicy, error) {
 	}
 }
 
+// ringHashPolicy reads the ring sizes the legacy RingHashLbConfig and the
+// typed RingHash extension both carry; unset sizes take the data plane's
+// defaults later.
+func ringHashPolicy(minSize, maxSize *wrapperspb.UInt64Value) ringPolicy {
+	return ringPolicy{
+		name:     ringhash.PolicyRingHash,
+		minSize:  minSize.GetValue(),
+		maxSize:  maxSize.GetValue(),
+		minUnset: minSize == nil,
+		maxUnset: maxSize == nil,
+	}
+}
+
 // decodePolicy interprets one load_balancing_policy entry. ok is false when
 // the kind of data plane skips the entry.
 func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error) {
@@ -239,13 +247,7 @@ func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error
 		if err := cfg.UnmarshalTo(rh); err != nil {
 			return ringPolicy{}, false, fmt.Errorf("%w: %w", ErrUndecodable, err)
 		}
-		pol = ringPolicy{
-			name:     ringhash.PolicyRingHash,
-			minSize:  rh.GetMinimumRingSize().GetValue(),
-			maxSize:  rh.GetMaximumRingSize().GetValue(),
-			minUnset: rh.GetMinimumRingSize() == nil,
-			maxUnset: rh.GetMaximumRingSize() == nil,
-		}
+		pol = ringHashPolicy(rh.GetMinimumRingSize(), rh.GetMaximumRingSize())
 		switch rh.GetHashFunction() {
 		case ringhashv3.RingHash_XX_HASH:
 		case ringhashv3.RingHash_DEFAULT_HASH:
