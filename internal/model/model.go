@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
 // Policy names the consistent-hash dialect a cluster is balanced with.
@@ -46,15 +48,15 @@ const (
 	// DefaultScheme is the Skipper identity scheme when an endpoint names none.
 	DefaultScheme = "http"
 	// DefaultMaglevTableSize is Envoy's default Maglev table size.
-	DefaultMaglevTableSize = 65537
+	DefaultMaglevTableSize = ringhash.DefaultMaglevTableSize
 	// MaxMaglevTableSize is the largest table Envoy accepts.
-	MaxMaglevTableSize = 5000011
+	MaxMaglevTableSize = ringhash.MaxMaglevTableSize
 	// DefaultRingSize is the ring_hash minimum and maximum ring size used when
-	// a cluster sets neither. 4096 is grpc-go's default ring cap, so Envoy,
-	// grpc-go and ringxds all build the same ring (see docs/ring-sizes.md).
-	DefaultRingSize = 4096
+	// a cluster sets neither: grpc-go's default ring cap, so Envoy, grpc-go
+	// and ringxds all build the same ring (see docs/ring-sizes.md).
+	DefaultRingSize = ringhash.GRPCRingHashCap
 	// MaxRingSize is Envoy's upper bound for maximum_ring_size.
-	MaxRingSize = 8388608
+	MaxRingSize = ringhash.MaxRingSizeLimit
 	// DefaultFadeInDuration is the fade-in window when fade_in sets none.
 	DefaultFadeInDuration = 30 * time.Second
 	// DefaultFadeInExponent is the fade-in curve exponent when fade_in sets none.
@@ -207,7 +209,7 @@ func (c *Cluster) Validate() error {
 		errs = append(errs, fieldErr("minimum_ring_size", "%d is larger than maximum_ring_size %d", c.MinRingSize, c.MaxRingSize))
 	}
 	if c.Policy == PolicyMaglev {
-		if c.TableSize > MaxMaglevTableSize || !isPrime(c.TableSize) {
+		if c.TableSize > MaxMaglevTableSize || !ringhash.IsPrime(c.TableSize) {
 			errs = append(errs, fieldErr("table_size", "%d must be a prime no larger than %d", c.TableSize, MaxMaglevTableSize))
 		}
 	} else if c.TableSize != 0 {
@@ -293,18 +295,6 @@ func validHeaderName(h string) bool {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
 		default:
-			return false
-		}
-	}
-	return true
-}
-
-func isPrime(n uint64) bool {
-	if n < 2 {
-		return false
-	}
-	for d := uint64(2); d*d <= n; d++ {
-		if n%d == 0 {
 			return false
 		}
 	}

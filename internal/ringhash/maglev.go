@@ -50,7 +50,7 @@ func NewMaglev(eps []Endpoint, tableSize uint64) (*Maglev, error) {
 	if tableSize > MaxMaglevTableSize {
 		return nil, fmt.Errorf("%w: %d exceeds %d", ErrTableSize, tableSize, MaxMaglevTableSize)
 	}
-	if !isPrime(tableSize) {
+	if !IsPrime(tableSize) {
 		return nil, fmt.Errorf("%w: %d is not prime", ErrTableSize, tableSize)
 	}
 
@@ -170,9 +170,10 @@ func (m *Maglev) Entries(fn func(hash uint64, endpoint int)) {
 	}
 }
 
-// isPrime is trial division; table sizes are at most 5000011, so at most
-// about 1100 odd divisors are tried.
-func isPrime(n uint64) bool {
+// IsPrime reports whether n is prime, the condition Envoy puts on a Maglev
+// table size. It is trial division; table sizes are at most 5000011, so at
+// most about 1100 odd divisors are tried.
+func IsPrime(n uint64) bool {
 	if n < 2 {
 		return false
 	}

@@ -161,7 +161,7 @@ func TestMaglevErrors(t *testing.T) {
 func TestIsPrime(t *testing.T) {
 	var got []uint64
 	for n := uint64(0); n < 50; n++ {
-		if isPrime(n) {
+		if IsPrime(n) {
 			got = append(got, n)
 		}
 	}
@@ -175,8 +175,8 @@ func TestIsPrime(t *testing.T) {
 		}
 	}
 	for n, want := range map[uint64]bool{65537: true, 1000003: true, 5000011: true, 65535: false, 1000001: false} {
-		if isPrime(n) != want {
-			t.Errorf("isPrime(%d) = %v, want %v", n, !want, want)
+		if IsPrime(n) != want {
+			t.Errorf("IsPrime(%d) = %v, want %v", n, !want, want)
 		}
 	}
 }

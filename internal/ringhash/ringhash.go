@@ -13,7 +13,11 @@ import (
 const (
 	DefaultMinRingSize = 1024
 	DefaultMaxRingSize = 8388608
-	MaxRingSizeLimit   = 8388608
+	// GRPCRingHashCap is grpc-go's default cap on both ring sizes
+	// (GRPC_RING_HASH_CAP, balancer/ringhash): a larger ring asked for in
+	// xDS is built at this size by gRPC clients.
+	GRPCRingHashCap  = 4096
+	MaxRingSizeLimit = 8388608
 )
 
 // RingHashOptions configures NewRingHash.

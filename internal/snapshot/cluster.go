@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
 // Load-balancing policy extension names and type URLs as published in
@@ -31,9 +32,6 @@ const (
 	// grpc-go takes the balancer name from the part after the last '/', so a
 	// gRPC client with a balancer registered as "ringxds.skipper" would run it.
 	SkipperTypeURL = "type.googleapis.com/ringxds.skipper"
-	// GRPCRingHashCap is grpc-go's default cap on ring size
-	// (GRPC_RING_HASH_CAP, internal/envconfig in v1.85.0).
-	GRPCRingHashCap = 4096
 )
 
 // connectTimeout is Envoy's default, set explicitly so that the published
@@ -161,8 +159,8 @@ func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 	if fade != nil && fade.layout {
 		// fadein.ExactWeights makes both walks exact; only grpc-go's cap
 		// can still make them differ.
-		if fade.ringSize > GRPCRingHashCap {
-			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, GRPCRingHashCap)}
+		if fade.ringSize > ringhash.GRPCRingHashCap {
+			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, ringhash.GRPCRingHashCap)}
 		}
 		return nil
 	}
@@ -175,8 +173,8 @@ func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 // ringsDiffer returns why Envoy's and grpc-go's ring_hash rings for the
 // cluster can differ, or "" when they are identical entry for entry.
 func ringsDiffer(c *model.Cluster) string {
-	if c.MinRingSize > GRPCRingHashCap || c.MaxRingSize > GRPCRingHashCap {
-		return fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, GRPCRingHashCap)
+	if c.MinRingSize > ringhash.GRPCRingHashCap || c.MaxRingSize > ringhash.GRPCRingHashCap {
+		return fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, ringhash.GRPCRingHashCap)
 	}
 	var sum uint64
 	equal := true

@@ -99,7 +99,7 @@ type ringPolicy struct {
 //     legacy lb_policy), ring_hash walking hosts in EDS order, or Maglev.
 //   - KindGRPC: grpc-go v1.85.0's rules: custom TypedStruct and Maglev
 //     entries are skipped, ring_hash must use XX_HASH, endpoints are sorted
-//     by key, the ring is capped at GRPCRingHashCap and weights are the
+//     by key, the ring is capped at ringhash.GRPCRingHashCap and weights are the
 //     gRFC A113 fixed-point products.
 //   - KindClientlib: Maglev, Skipper through the ringxds.skipper TypedStruct,
 //     else ring_hash as Envoy builds it.
@@ -159,8 +159,8 @@ func Decode(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, kind 
 			if pol.maxUnset {
 				opts.MaxRingSize = ringhash.DefaultMaxRingSize
 			}
-			opts.MinRingSize = min(opts.MinRingSize, GRPCRingHashCap)
-			opts.MaxRingSize = min(opts.MaxRingSize, GRPCRingHashCap)
+			opts.MinRingSize = min(opts.MinRingSize, ringhash.GRPCRingHashCap)
+			opts.MaxRingSize = min(opts.MaxRingSize, ringhash.GRPCRingHashCap)
 		}
 		d.Ring, err = ringhash.NewRingHash(eps, opts)
 	case ringhash.PolicyMaglev:

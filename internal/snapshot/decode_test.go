@@ -290,8 +290,8 @@ func TestDecodeGRPCRingCap(t *testing.T) {
 	if got := decode(t, snap, KindEnvoy, "c").Ring.Size(); got != 8193 {
 		t.Errorf("Envoy ring of %d entries, want 8193 (three hosts, min 8192)", got)
 	}
-	if got := decode(t, snap, KindGRPC, "c").Ring.Size(); got != GRPCRingHashCap {
-		t.Errorf("grpc ring of %d entries, want the cap %d", got, GRPCRingHashCap)
+	if got := decode(t, snap, KindGRPC, "c").Ring.Size(); got != ringhash.GRPCRingHashCap {
+		t.Errorf("grpc ring of %d entries, want the cap %d", got, ringhash.GRPCRingHashCap)
 	}
 }
 
