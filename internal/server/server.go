@@ -47,6 +47,9 @@ type Server struct {
 	now      func() time.Time
 
 	caches map[string]*cache.LinearCache
+	// groups lists, per type URL in resourceTypes order, each cache group of
+	// that type with the first kind that reads it. Fixed at New.
+	groups map[string][]groupRef
 	xds    serverv3.Server
 
 	ctx context.Context
@@ -119,12 +122,14 @@ func New(ctx context.Context, opts Options) *Server {
 	s.registry.now = now
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
 	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
+	s.groups = make(map[string][]groupRef, len(resourceTypes))
 	for _, k := range Kinds {
 		for _, t := range resourceTypes {
 			g := cacheGroup(k, t)
 			if _, ok := s.caches[g]; !ok {
 				s.caches[g] = cache.NewLinearCache(t, cache.WithLogger(cpLog))
 				mux.Caches[g] = s.caches[g]
+				s.groups[t] = append(s.groups[t], groupRef{g, k})
 			}
 		}
 	}
@@ -217,7 +222,7 @@ func (s *Server) applyLocked(state model.State) error {
 	next := make(map[string]map[string]publishedResource, len(s.published))
 	var errs []error
 	for _, t := range resourceTypes {
-		for _, g := range s.groupsOf(t) {
+		for _, g := range s.groups[t] {
 			res := snap.Kinds[g.kind][t]
 			prev := s.published[g.name]
 			versions := make(map[string]publishedResource, len(res))
@@ -316,24 +321,10 @@ func (s *Server) countChanges(group string, upserts map[string]types.Resource, p
 	}
 }
 
+// groupRef is a cache group and the first kind that reads it.
 type groupRef struct {
 	name string
 	kind snapshot.Kind
-}
-
-// groupsOf lists the cache groups of a type with the first kind that reads
-// each, in a fixed order.
-func (s *Server) groupsOf(typeURL string) []groupRef {
-	var out []groupRef
-	seen := map[string]bool{}
-	for _, k := range Kinds {
-		g := cacheGroup(k, typeURL)
-		if !seen[g] {
-			seen[g] = true
-			out = append(out, groupRef{g, k})
-		}
-	}
-	return out
 }
 
 // Current returns the published snapshot, or nil before the first Apply.
