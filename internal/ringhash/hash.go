@@ -55,6 +55,27 @@ func xxh64Seed(s string, seed uint64) uint64 {
 	return d.Sum64()
 }
 
+// appendEntryKey appends the string Envoy and grpc-go hash for ring_hash
+// entry i of the endpoint keyed key: key + "_" + decimal(i).
+func appendEntryKey(dst []byte, key string, i uint64) []byte {
+	dst = append(dst, key...)
+	dst = append(dst, '_')
+	return strconv.AppendUint(dst, i, 10)
+}
+
+// AppendEntryHashes appends the positions of the first n ring_hash entries
+// of the endpoint keyed key, in entry order: the hashes Envoy's and
+// grpc-go's ring builders give key_0 .. key_{n-1}. An endpoint holding c
+// entries holds exactly the first c of them.
+func (f HashFunction) AppendEntryHashes(dst []uint64, key string, n uint64) []uint64 {
+	var buf []byte
+	for i := range n {
+		buf = appendEntryKey(buf[:0], key, i)
+		dst = append(dst, f.sum(buf))
+	}
+	return dst
+}
+
 // HashKey is the request hash of a single header value, cookie value, source
 // IP or query parameter in Envoy's route hash_policy: XXH64 with seed 0.
 // Skipper hashes its key the same way.

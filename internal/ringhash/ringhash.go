@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 )
 
 // Envoy's RingHash defaults and the proto limit on both sizes
@@ -108,11 +107,8 @@ func NewRingHash(eps []Endpoint, opts RingHashOptions) (*RingHash, error) {
 		// (arm64, GOAMD64=v3), which Envoy's C++ build does not do and which
 		// changes per-host entry counts in about 1.5% of weighted configs.
 		target += float64(scale * w)
-		buf = append(buf[:0], ep.Key...)
-		buf = append(buf, '_')
-		base := len(buf)
 		for i := uint64(0); current < target; i++ {
-			buf = strconv.AppendUint(buf[:base], i, 10)
+			buf = appendEntryKey(buf[:0], ep.Key, i)
 			hashes = append(hashes, opts.Hash.sum(buf))
 			owners = append(owners, uint32(ei))
 			current++
