@@ -31,6 +31,18 @@ func EntriesPerWeight(weightSum, maxRing uint64) uint64 {
 	return 1 << (bits.Len64(maxRing/weightSum) - 1)
 }
 
+// LayoutEntriesPerWeight is k for a cluster laid out for a capacity (the
+// largest weight sum it is meant to reach; 0 for none): maxRing / capacity,
+// the same for every size up to capacity, so scaling within it never
+// re-lays the ring out. Beyond the capacity, or without one, it is
+// EntriesPerWeight's k, and pinned is false.
+func LayoutEntriesPerWeight(weightSum, maxRing, capacity uint64) (k uint64, pinned bool) {
+	if capacity > 0 && capacity <= maxRing && weightSum <= capacity {
+		return maxRing / capacity, true
+	}
+	return EntriesPerWeight(weightSum, maxRing), false
+}
+
 // RampEntries is the number of ring entries a fading endpoint whose final
 // count is final receives at share: floor(final x share), at least one (an
 // endpoint in EDS always holds an entry), final once share reaches 1. It is
@@ -55,36 +67,51 @@ func RampEntries(final uint64, share float64) uint64 {
 // order the prefix sums below differ and an endpoint may gain or lose an
 // entry to its neighbour.
 //
-// R is the sum of the counts and need not be a power of two. The weights sum
-// to P, the smallest power of two >= 2R, with prefix sums floor(C_j x P / R)
-// where C_j is the prefix sum of the counts. Then every float operation of
-// the ring walk is exact: w_j = W_j / P is a dyadic fraction; the scale
+// A count may be 0, so that a fading endpoint can wait in EDS without an
+// entry, except the first: the walk's first endpoint always gets one.
+//
+// R is the sum of the counts and need not be a power of two. With n
+// endpoints, the weights sum to P, the smallest power of two >= 2nR, and
+// their prefix sums are floor((C_j - 1/2) x P / R) + j for j < n, where C_j
+// is the prefix sum of the counts. Then every float operation of the ring
+// walk is exact: w_j = W_j / P is a dyadic fraction; the scale
 // min(ceil(w_min x R) / w_min, R) is exactly R because the ceiling can only
-// round up; R x w_j is exact; and the running target after endpoint j is
-// R x floor(C_j x P / R) / P, which lies in (C_j - 1/2, C_j], so the walk
-// stops at exactly C_j entries. grpc-go's A113 fixed-point weight
-// floor(W_j x 2^31 / P) is exact because P divides 2^31, and normalizes back
-// to W_j / P. Fused multiply-add changes nothing, as no product rounds.
+// round up; R x w_j is exact; and the running target after endpoint j lies
+// in (C_j - 1/2 - 1/(2n), C_j - 1/2 + j/(2n)], inside (C_j - 1, C_j), so
+// the walk stops at exactly C_j entries; after the last it is exactly R.
+// Every weight is at least 1 (the + j), as EDS requires, even for a count
+// of 0. grpc-go's A113 fixed-point weight floor(W_j x 2^31 / P) is exact
+// because P divides 2^31 (2nR <= 2^25 within grpc-go's ring cap), and
+// normalizes back to W_j / P. Fused multiply-add changes nothing, as no
+// product rounds.
 func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error) {
 	var total uint64
 	for i, c := range counts {
-		if c == 0 {
-			return nil, 0, fmt.Errorf("%w: endpoint %d has no entries", ErrLayout, i)
-		}
 		total += c
 		if total > ringhash.MaxRingSizeLimit {
 			return nil, 0, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
 		}
+		if i == 0 && c == 0 {
+			return nil, 0, fmt.Errorf("%w: the first endpoint in walk order always gets an entry, so its count cannot be 0", ErrLayout)
+		}
 	}
-	if total == 0 {
+	if len(counts) == 0 {
 		return nil, 0, fmt.Errorf("%w: no endpoints", ErrLayout)
 	}
-	p := uint64(1) << bits.Len64(2*total-1) // smallest power of two >= 2R
+	n := uint64(len(counts))
+	p := uint64(1) << bits.Len64(2*n*total-1) // smallest power of two >= 2nR
+	if p > 1<<31 {
+		return nil, 0, fmt.Errorf("%w: %d endpoints and %d entries need weights summing to %d, more than 2^31", ErrLayout, n, total, p)
+	}
 	weights = make([]uint32, len(counts))
 	var prefix, prevW uint64
 	for i, c := range counts {
 		prefix += c
-		w := prefix * p / total // < 2^48: no overflow
+		w := p
+		if i < len(counts)-1 {
+			// (2C_j - 1) x P / 2R; C_j >= 1 after the first endpoint.
+			w = (2*prefix-1)*p/(2*total) + uint64(i) + 1
+		}
 		weights[i] = uint32(w - prevW)
 		prevW = w
 	}

@@ -113,6 +113,16 @@ func TestExactWeightsBuildTheCountsInEveryDataPlane(t *testing.T) {
 			counts[n] = j
 			check(counts)
 		}
+		// A batch of new endpoints interleaved with the old ones in key
+		// order, some still at 0 entries (held back), some growing.
+		counts := make([]uint64, n+10)
+		for i := range counts {
+			counts[i] = k
+			if i%(n/10+2) == 1 {
+				counts[i] = uint64(rng.IntN(int(k) + 1))
+			}
+		}
+		check(counts)
 	}
 	// Random counts, including unequal weights and endpoints in any order.
 	for range 1000 {
@@ -121,6 +131,9 @@ func TestExactWeightsBuildTheCountsInEveryDataPlane(t *testing.T) {
 		budget := 1 + rng.IntN(4096)
 		for i := range counts {
 			counts[i] = 1 + uint64(rng.IntN(max(1, 2*budget/n)))
+			if i > 0 && rng.IntN(8) == 0 {
+				counts[i] = 0
+			}
 		}
 		var s uint64
 		for _, c := range counts {
@@ -201,8 +214,11 @@ func TestExactWeightsRejectsEmptyAndZero(t *testing.T) {
 	if _, _, err := ExactWeights(nil); err == nil {
 		t.Fatal("no counts: want error")
 	}
-	if _, _, err := ExactWeights([]uint64{3, 0}); err == nil {
-		t.Fatal("zero count: want error")
+	if _, _, err := ExactWeights([]uint64{0, 3}); err == nil {
+		t.Fatal("zero count first in walk order: want error")
+	}
+	if _, _, err := ExactWeights([]uint64{3, 0, 2, 0}); err != nil {
+		t.Fatalf("zero counts after the first: %v", err)
 	}
 }
 
