@@ -24,9 +24,14 @@ import (
 //   - flaps/key: moves from a new endpoint back to an old one, per key.
 //   - moved_%: all owner changes, per 100 keys; ideal_% is add/(old+add),
 //     the keys a perfect scale-up moves, each once.
+//   - lag_pp: how far the fade runs from the curve: at each step, the share
+//     of the keys the new endpoints will own that they already serve,
+//     against share(t); the mean absolute difference in percentage points.
+//   - maxstep_pp: the largest rise of that share in one step (the curve's
+//     own largest is its last step, 8.1 points at 30 steps).
 
 type simResult struct {
-	precision, oldOld, flaps, moved, ideal float64
+	precision, oldOld, flaps, moved, ideal, lag, jump float64
 }
 
 const simKeys = 100_000
@@ -57,11 +62,22 @@ func simulate(old, add int, pick func(step int, key int, h uint64) int) simResul
 	type pair struct{ key, ep int }
 	seen := map[pair]bool{}
 	var oldOld, flaps, moved int
+	toNew := 0
+	for _, f := range final {
+		if f >= old {
+			toNew++
+		}
+	}
+	var lag, jump, servedBefore float64
 	for step := 1; step <= simSteps+1; step++ {
+		served := 0
 		for i, h := range keys {
 			p := final[i]
 			if step <= simSteps {
 				p = pick(step, i, h)
+			}
+			if p >= old && p == final[i] {
+				served++
 			}
 			if p >= old {
 				seen[pair{i, p}] = true
@@ -77,6 +93,15 @@ func simulate(old, add int, pick func(step int, key int, h uint64) int) simResul
 			}
 			prev[i] = p
 		}
+		frac := float64(served) / float64(max(toNew, 1))
+		if step > simSteps {
+			frac = 1
+		}
+		jump = max(jump, frac-servedBefore)
+		servedBefore = frac
+		if step <= simSteps {
+			lag += math.Abs(frac - simShare(step-1))
+		}
 	}
 	good := 0
 	for pr := range seen {
@@ -90,6 +115,8 @@ func simulate(old, add int, pick func(step int, key int, h uint64) int) simResul
 		flaps:     float64(flaps) / simKeys,
 		moved:     100 * float64(moved) / simKeys,
 		ideal:     100 * float64(add) / float64(old+add),
+		lag:       100 * lag / simSteps,
+		jump:      100 * jump,
 	}
 }
 
@@ -110,7 +137,9 @@ func skipperEndpoints(n int) []ringhash.Endpoint {
 }
 
 // fadeSchemes returns, per scheme, a pick function for the simulation.
-func fadeSchemes(tb testing.TB, old, add int) map[string]func(step, key int, h uint64) int {
+// capacity is fade_in.capacity (0: none): the ring is laid out for that
+// weight sum instead of the current one.
+func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(step, key int, h uint64) int {
 	must := func(r ringhash.Ring, err error) ringhash.Ring {
 		if err != nil {
 			tb.Fatal(err)
@@ -118,25 +147,32 @@ func fadeSchemes(tb testing.TB, old, add int) map[string]func(step, key int, h u
 		return r
 	}
 	n := old + add
-	kOld := EntriesPerWeight(uint64(old), 4096)
-	kNew := EntriesPerWeight(uint64(n), 4096)
+	kOld, _ := LayoutEntriesPerWeight(uint64(old), 4096, capacity)
+	kNew, _ := LayoutEntriesPerWeight(uint64(n), 4096, capacity)
 
 	// ringxds weight ramp: the rings the control plane publishes.
 	ramp := make([]ringhash.Ring, simSteps+2)
 	ramp[0] = must(NewCountRing(simEndpoints(old, uint32(kOld)), ringhash.XXHash))
-	for step := 1; step <= simSteps+1; step++ {
-		eps := simEndpoints(n, uint32(kNew))
-		share := 1.0
-		if step <= simSteps {
-			share = simShare(step - 1)
+	t0 := time.Unix(1_780_000_000, 0)
+	rampEps := make([]RampEndpoint, n)
+	for i, ep := range simEndpoints(n, uint32(kNew)) {
+		rampEps[i] = RampEndpoint{Key: ep.Key, Final: kNew}
+		if i >= old {
+			rampEps[i].Start = t0
 		}
-		for i := old; i < n; i++ {
-			eps[i].Weight = uint32(RampEntries(kNew, share))
+	}
+	for step := 1; step <= simSteps+1; step++ {
+		plan, err := PlanRamp(rampEps, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		eps := simEndpoints(n, 1)
+		for i := range eps {
+			eps[i].Weight = uint32(plan.Counts[i])
 		}
 		ramp[step] = must(NewCountRing(eps, ringhash.XXHash))
 	}
 
-	t0 := time.Unix(1_780_000_000, 0)
 	nring := func(build BuildFunc, eps []ringhash.Endpoint, before ringhash.Ring) func(step, key int, h uint64) int {
 		members := make([]Member, n)
 		for i := range members {
@@ -201,15 +237,22 @@ func fadeSchemes(tb testing.TB, old, add int) map[string]func(step, key int, h u
 	}
 }
 
-var simScenarios = []struct{ old, add int }{{10, 1}, {100, 10}, {100, 50}}
+var simScenarios = []struct {
+	old, add int
+	capacity uint64
+}{{10, 1, 0}, {100, 10, 0}, {100, 50, 0}, {100, 50, 256}}
 
 var simOrder = []string{"ringxds-ramp", "ringxds-nring-ringhash", "ringxds-nring-skipper", "skipper-fadein", "envoy-naive-ramp"}
 
 func BenchmarkFadeSimulation(b *testing.B) {
 	for _, sc := range simScenarios {
-		schemes := fadeSchemes(b, sc.old, sc.add)
+		schemes := fadeSchemes(b, sc.old, sc.add, sc.capacity)
 		for _, name := range simOrder {
-			b.Run(fmt.Sprintf("%dto%d/%s", sc.old, sc.old+sc.add, name), func(b *testing.B) {
+			scenario := fmt.Sprintf("%dto%d", sc.old, sc.old+sc.add)
+			if sc.capacity > 0 {
+				scenario += fmt.Sprintf("-capacity%d", sc.capacity)
+			}
+			b.Run(scenario+"/"+name, func(b *testing.B) {
 				var r simResult
 				for b.Loop() {
 					r = simulate(sc.old, sc.add, schemes[name])
@@ -219,6 +262,8 @@ func BenchmarkFadeSimulation(b *testing.B) {
 				b.ReportMetric(r.flaps, "flaps/key")
 				b.ReportMetric(r.moved, "moved_%")
 				b.ReportMetric(r.ideal, "ideal_%")
+				b.ReportMetric(r.lag, "lag_pp")
+				b.ReportMetric(r.jump, "maxstep_pp")
 			})
 		}
 	}

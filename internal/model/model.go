@@ -68,6 +68,13 @@ const (
 type FadeIn struct {
 	Duration time.Duration
 	Exponent float64
+	// Capacity, when set, is the largest endpoint weight sum (the endpoint
+	// count, at weight 1) the ring_hash ring is laid out for: every unit of
+	// weight gets maximum_ring_size / Capacity entries, whatever the
+	// cluster's current size, so scaling anywhere up to Capacity never
+	// re-lays the ring out. Zero picks the entries per weight from the
+	// current weight sum (see fadein.EntriesPerWeight).
+	Capacity uint64
 }
 
 // Endpoint is one backend of a cluster.
@@ -221,6 +228,9 @@ func (c *Cluster) Validate() error {
 		}
 		if !(c.FadeIn.Exponent > 0 && c.FadeIn.Exponent <= 100) {
 			errs = append(errs, fieldErr("fade_in.exponent", "%v must be in (0, 100]", c.FadeIn.Exponent))
+		}
+		if c.FadeIn.Capacity > c.MaxRingSize {
+			errs = append(errs, fieldErr("fade_in.capacity", "%d is larger than maximum_ring_size %d: the ring could not give every unit of weight an entry", c.FadeIn.Capacity, c.MaxRingSize))
 		}
 	}
 	if len(c.Endpoints) == 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
 // Fade-in metadata keys in the MetadataRingxds namespace. They let clients
@@ -100,39 +101,63 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 
 	var k uint64
 	if c.Policy != model.PolicyMaglev {
-		k = fadein.EntriesPerWeight(weightSum, c.MaxRingSize)
-		if k == 0 {
+		var pinned bool
+		k, pinned = fadein.LayoutEntriesPerWeight(weightSum, c.MaxRingSize, c.FadeIn.Capacity)
+		switch {
+		case k == 0:
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than maximum_ring_size %d, so the ring cannot give every unit of weight an entry: Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", weightSum, c.MaxRingSize))
+		case c.FadeIn.Capacity > 0 && !pinned:
+			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than fade_in.capacity %d: the ring is laid out for the current size (%d entries per unit of weight) instead, and is laid out anew when the size crosses a power of two", weightSum, c.FadeIn.Capacity, k))
 		}
 	} else {
 		p.notes = append(p.notes, "fade-in: maglev clusters fade in only in the client library: Envoy's Maglev has no slow start, and ramping a Maglev weight moves keys between old endpoints")
 	}
 	p.layout = k > 0
 
-	counts := make([]uint64, len(eps))
-	for i, ep := range eps {
-		fe := fadeEndpoint{weight: ep.Weight}
-		final := k * uint64(ep.Weight)
-		counts[i] = final
-		var share float64 = 1
-		if !ep.FirstSeen.IsZero() {
-			share = p.curve.Share(step.Sub(ep.FirstSeen))
+	var plan fadein.RampPlan
+	if p.layout {
+		ramp := make([]fadein.RampEndpoint, len(eps))
+		for i, ep := range eps {
+			ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
 		}
-		if share < 1 {
-			fe.fading, fe.start = true, ep.FirstSeen
-			counts[i] = fadein.RampEntries(final, share)
-			if next := p.nextChange(ep.FirstSeen, step, final, counts[i]); p.next.IsZero() || next.Before(p.next) {
-				p.next = next
+		var err error
+		if plan, err = fadein.PlanRamp(ramp, p.curve, ringhash.XXHash, step); err != nil {
+			return nil, fmt.Errorf("fade-in plan: %w", err)
+		}
+	} else {
+		// Weights stay; only the fade metadata changes, at each fade's end.
+		plan.Fading = make([]bool, len(eps))
+		for i, ep := range eps {
+			if ep.FirstSeen.IsZero() || p.curve.Share(step.Sub(ep.FirstSeen)) >= 1 {
+				continue
+			}
+			plan.Fading[i] = true
+			end := fadein.StepTime(ep.FirstSeen.Add(p.curve.Duration))
+			if end.Before(ep.FirstSeen.Add(p.curve.Duration)) {
+				end = end.Add(fadein.StepInterval)
+			}
+			if plan.Next.IsZero() || end.Before(plan.Next) {
+				plan.Next = end
 			}
 		}
+	}
+	p.next = plan.Next
+	if plan.Gradual > 0 {
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: %d scale-up(s) too large to bring in entry by entry in ring order without revealing most of it at one step: ordered to follow the curve instead, so some keys pass between new endpoints before they settle", plan.Gradual))
+	}
+	for i, ep := range eps {
+		fe := fadeEndpoint{weight: ep.Weight, fading: plan.Fading[i], start: ep.FirstSeen}
+		if !fe.fading {
+			fe.start = time.Time{}
+		}
 		if p.layout {
-			fe.entries = final
+			fe.entries = k * uint64(ep.Weight)
 		}
 		p.byHostPort[ep.HostPort()] = fe
 	}
 
 	if p.layout {
-		weights, size, err := fadein.ExactWeights(counts)
+		weights, size, err := fadein.ExactWeights(plan.Counts)
 		if err != nil {
 			return nil, fmt.Errorf("fade-in layout: %w", err)
 		}
@@ -159,33 +184,4 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 		})
 	}
 	return p, nil
-}
-
-// nextChange is the first step instant after step at which an endpoint that
-// started fading at start, holding count of its final entries now, either
-// gains an entry or finishes fading (its metadata then changes). Counts only
-// grow with time, so a binary search over the remaining steps finds it.
-func (p *fadePlan) nextChange(start, step time.Time, final, count uint64) time.Time {
-	end := start.Add(p.curve.Duration)
-	last := fadein.StepTime(end)
-	if last.Before(end) {
-		last = last.Add(fadein.StepInterval)
-	}
-	steps := int64(last.Sub(step) / fadein.StepInterval)
-	if steps <= 1 || final == 0 {
-		return step.Add(time.Duration(max(steps, 1)) * fadein.StepInterval)
-	}
-	// The smallest m in [1, steps] whose count exceeds count; m = steps
-	// always qualifies because the fade is over there.
-	lo, hi := int64(1), steps
-	for lo < hi {
-		m := lo + (hi-lo)/2
-		at := step.Add(time.Duration(m) * fadein.StepInterval)
-		if fadein.RampEntries(final, p.curve.Share(at.Sub(start))) > count {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	return step.Add(time.Duration(lo) * fadein.StepInterval)
 }

@@ -172,13 +172,30 @@ func checkEntries(t *testing.T, snap *Snapshot, c model.Cluster, now time.Time) 
 	d := decode(t, snap, KindEnvoy, c.Name)
 	counts := map[int]uint64{}
 	d.Ring.(ringhash.Drawable).Entries(func(_ uint64, ep int) { counts[ep]++ })
-	k := fadein.EntriesPerWeight(uint64(len(c.Endpoints)), model.DefaultRingSize)
+	k, _ := fadein.LayoutEntriesPerWeight(uint64(len(c.Endpoints)), model.DefaultRingSize, c.FadeIn.Capacity)
 	curve := fadein.Curve{Duration: c.FadeIn.Duration, Exponent: c.FadeIn.Exponent}
 	byAddr := map[string]model.Endpoint{}
 	for _, ep := range c.Endpoints {
 		byAddr[ep.HostPort()] = ep
 	}
+	// The published EDS order is the walk order PlanRamp takes.
+	ramp := make([]fadein.RampEndpoint, len(d.Endpoints))
+	for i, de := range d.Endpoints {
+		ramp[i] = fadein.RampEndpoint{Key: de.Addr, Final: k, Start: byAddr[de.Addr].FirstSeen}
+	}
+	plan, err := fadein.PlanRamp(ramp, curve, ringhash.XXHash, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fading := 0
+	// One endpoint may run ahead of its own curve, the fading endpoints
+	// together never.
+	var planned, byCurve uint64
+	defer func() {
+		if planned > byCurve {
+			t.Fatalf("at %v the fading endpoints hold %d entries, more than the curve's %d", now, planned, byCurve)
+		}
+	}()
 	for i, de := range d.Endpoints {
 		ep := byAddr[de.Addr]
 		want := k
@@ -187,7 +204,9 @@ func checkEntries(t *testing.T, snap *Snapshot, c model.Cluster, now time.Time) 
 			share = curve.Share(fadein.StepTime(now).Sub(ep.FirstSeen))
 		}
 		if share < 1 {
-			want = fadein.RampEntries(k, share)
+			want = plan.Counts[i]
+			planned += want
+			byCurve += fadein.RampEntries(k, share)
 			fading++
 			if !de.FadeStart.Equal(ep.FirstSeen) || de.FadeCurve != curve {
 				t.Fatalf("%s: fade metadata %v %+v, want %v %+v", de.Addr, de.FadeStart, de.FadeCurve, ep.FirstSeen, curve)
@@ -405,4 +424,41 @@ func TestPairConsistentAcrossFadeSteps(t *testing.T) {
 	if !PairConsistent(cds(early), cla(plain)) {
 		t.Fatal("an assignment without fade layout must always pair")
 	}
+}
+
+// TestFadeCapacityKeepsOldEndpointsThroughALargeScaleUp: the same 100 -> 150
+// with fade_in.capacity 256 is laid out for 256 endpoints from the start,
+// so no step, the first included, moves a key between old endpoints, and
+// nothing goes back to an old one.
+func TestFadeCapacityKeepsOldEndpointsThroughALargeScaleUp(t *testing.T) {
+	keys := fadeKeys(4000)
+	fading := map[int]time.Time{}
+	for i := 100; i < 150; i++ {
+		fading[i] = fadeT0
+	}
+	withCapacity := func(c model.Cluster) model.Cluster {
+		c.FadeIn.Capacity = 256
+		return c
+	}
+	before := withCapacity(fadeCluster(model.PolicyRingHash, 100, nil, 0))
+	during := withCapacity(fadeCluster(model.PolicyRingHash, 100, fading, 50))
+	after := withCapacity(fadeCluster(model.PolicyRingHash, 150, nil, 0))
+	final, _ := fadeOwners(t, after, fadeT0, keys)
+	prev, _ := fadeOwners(t, before, fadeT0, keys)
+	f := &fadeChecker{t: t, old: map[string]bool{}, final: final, prev: prev, hopsAllowed: true}
+	for _, ep := range before.Endpoints {
+		f.old[ep.HostPort()] = true
+	}
+	steps := 0
+	for now := fadeT0; !now.IsZero(); steps++ {
+		owners, snap := fadeOwners(t, during, now, keys)
+		f.step(now.Sub(fadeT0).String(), owners)
+		checkEntries(t, snap, during, now)
+		now = snap.NextStep
+	}
+	f.step("after", final)
+	if f.moved == 0 || steps < 3 {
+		t.Fatalf("%d keys moved over %d steps", f.moved, steps)
+	}
+	t.Logf("%d steps, %d moves, %d of %d keys hopped between fading endpoints", steps, f.moved, len(f.hops), len(keys))
 }

@@ -243,7 +243,7 @@ func fileClusterFields() []string {
 	return []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "endpoints"}
 }
 
-func fileFadeInFields() []string { return []string{"duration", "exponent"} }
+func fileFadeInFields() []string { return []string{"duration", "exponent", "capacity"} }
 
 func fileEndpointFields() []string {
 	return []string{"address", "port", "weight", "scheme", "zone", "hash_key"}
@@ -321,6 +321,8 @@ func (p *fileParser) fadeIn(n *yaml.Node, field, cluster string, locs *fileClust
 			f.Duration, _ = p.duration(v, field+"."+key, cluster)
 		case "exponent":
 			f.Exponent, _ = p.float(v, field+"."+key, cluster)
+		case "capacity":
+			f.Capacity, _ = p.positive(v, field+"."+key, cluster, math.MaxUint64)
 		}
 	})
 	return f

@@ -143,6 +143,8 @@ func TestFileParseErrorsNameFileLineAndField(t *testing.T) {
 			3, "clusters[0].fade_in.duration", `"30 seconds" is not a duration`},
 		{"duration without unit", head + "    fade_in:\n      duration: 30\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
 			4, "clusters[0].fade_in.duration", "want a duration such as 30s"},
+		{"capacity zero", head + "    fade_in:\n      capacity: 0\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			4, "clusters[0].fade_in.capacity", "must be at least 1"},
 		{"negative exponent", head + "    fade_in:\n      exponent: -2\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
 			4, "clusters[0].fade_in.exponent", "must be positive"},
 		{"boolean as string", head + "    hash_header: true\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",

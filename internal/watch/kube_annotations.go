@@ -31,6 +31,9 @@ const (
 	AnnotationTableSize = "ringxds.io/table-size"
 	// AnnotationFadeIn is "off", "on", "DURATION" or "DURATION,EXPONENT".
 	AnnotationFadeIn = "ringxds.io/fade-in"
+	// AnnotationFadeInCapacity is the largest endpoint weight sum the ring
+	// is laid out for (model.FadeIn.Capacity); it needs fade-in on.
+	AnnotationFadeInCapacity = "ringxds.io/fade-in-capacity"
 	// AnnotationPort picks the Service port, by name or number, whose
 	// endpoints join the ring. It may be omitted when the Service has one port.
 	AnnotationPort = "ringxds.io/port"
@@ -110,6 +113,13 @@ func kubeParseSettings(svc *corev1.Service) (kubeSettings, []kubeAnnotationError
 			bad(AnnotationFadeIn, "%v", err)
 		}
 		s.fadeIn = f
+	}
+	if capacity := size(AnnotationFadeInCapacity); capacity > 0 {
+		if s.fadeIn == nil {
+			bad(AnnotationFadeInCapacity, "has no effect without %s on", AnnotationFadeIn)
+		} else {
+			s.fadeIn.Capacity = capacity
+		}
 	}
 	if v, ok := a[AnnotationPort]; ok {
 		s.port = strings.TrimSpace(v)
@@ -212,6 +222,8 @@ func kubeAnnotationFor(field string, a map[string]string) string {
 			return AnnotationTableSize
 		}
 		return AnnotationLBPolicy
+	case field == "fade_in.capacity":
+		return AnnotationFadeInCapacity
 	case strings.HasPrefix(field, "fade_in"):
 		return AnnotationFadeIn
 	}

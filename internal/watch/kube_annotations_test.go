@@ -42,6 +42,9 @@ func TestKubeParseSettings(t *testing.T) {
 		{name: "fade-in on", a: map[string]string{AnnotationFadeIn: "on"},
 			want: model.Cluster{Policy: model.PolicyRingHash, HashHeader: model.DefaultHashHeader, MinRingSize: 4096, MaxRingSize: 4096,
 				FadeIn: &model.FadeIn{Duration: model.DefaultFadeInDuration, Exponent: model.DefaultFadeInExponent}}},
+		{name: "fade-in capacity", a: map[string]string{AnnotationFadeIn: "on", AnnotationFadeInCapacity: "256"},
+			want: model.Cluster{Policy: model.PolicyRingHash, HashHeader: model.DefaultHashHeader, MinRingSize: 4096, MaxRingSize: 4096,
+				FadeIn: &model.FadeIn{Duration: model.DefaultFadeInDuration, Exponent: model.DefaultFadeInExponent, Capacity: 256}}},
 		{name: "fade-in off", a: map[string]string{AnnotationFadeIn: "off"},
 			want: model.Cluster{Policy: model.PolicyRingHash, HashHeader: model.DefaultHashHeader, MinRingSize: 4096, MaxRingSize: 4096}},
 
@@ -57,6 +60,8 @@ func TestKubeParseSettings(t *testing.T) {
 		{name: "fade-in garbage", a: map[string]string{AnnotationFadeIn: "soon"}, wantErr: AnnotationFadeIn},
 		{name: "fade-in negative", a: map[string]string{AnnotationFadeIn: "-5s"}, wantErr: AnnotationFadeIn},
 		{name: "fade-in bad exponent", a: map[string]string{AnnotationFadeIn: "30s,0"}, wantErr: AnnotationFadeIn},
+		{name: "fade-in capacity without fade-in", a: map[string]string{AnnotationFadeInCapacity: "256"}, wantErr: AnnotationFadeInCapacity},
+		{name: "fade-in capacity above the ring", a: map[string]string{AnnotationFadeIn: "on", AnnotationFadeInCapacity: "5000"}, wantErr: AnnotationFadeInCapacity},
 		{name: "empty port", a: map[string]string{AnnotationPort: " "}, wantErr: AnnotationPort},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,146 @@
+package fadein
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringxds/ringxds/internal/ringhash"
+)
+
+func TestLayoutEntriesPerWeight(t *testing.T) {
+	for _, tc := range []struct {
+		sum, capacity, k uint64
+		pinned           bool
+	}{
+		{100, 0, 32, false},
+		{150, 0, 16, false},
+		{100, 256, 16, true},
+		{150, 256, 16, true},
+		{256, 256, 16, true},
+		{257, 256, 8, false}, // beyond the capacity: the size-based k
+		{10, 100, 40, true},  // any integer, not only powers of two
+	} {
+		k, pinned := LayoutEntriesPerWeight(tc.sum, 4096, tc.capacity)
+		if k != tc.k || pinned != tc.pinned {
+			t.Errorf("LayoutEntriesPerWeight(%d, 4096, %d) = %d, %v; want %d, %v", tc.sum, tc.capacity, k, pinned, tc.k, tc.pinned)
+		}
+	}
+}
+
+// TestRampScaleUps runs the published weight ramp over the simulation's
+// scale-ups and holds it to the fade-in goals: no key between two old
+// endpoints and none back to an old one, in every case; every key a new
+// endpoint serves kept by it when the scale-up is small enough to bring in
+// entry by entry in ring order; and the new endpoints together never ahead
+// of the curve.
+func TestRampScaleUps(t *testing.T) {
+	for _, tc := range []struct {
+		old, add      int
+		capacity      uint64
+		wantPrecision float64
+	}{
+		{10, 1, 0, 100},
+		{100, 10, 0, 100},
+		{100, 50, 256, 90}, // ordered to follow the curve: some keys hop
+	} {
+		t.Run(fmt.Sprintf("%d+%d", tc.old, tc.add), func(t *testing.T) {
+			r := simulate(tc.old, tc.add, fadeSchemes(t, tc.old, tc.add, tc.capacity)["ringxds-ramp"])
+			if r.oldOld != 0 || r.flaps != 0 {
+				t.Fatalf("old-old %.3f%%, flaps %.4f per key; want none", r.oldOld, r.flaps)
+			}
+			if r.precision < tc.wantPrecision {
+				t.Fatalf("precision %.2f%%, want at least %.0f%%", r.precision, tc.wantPrecision)
+			}
+			if r.jump > 20 {
+				t.Fatalf("one step brought in %.1f%% of the new endpoints' keys; the fade is a jump", r.jump)
+			}
+			t.Logf("precision %.2f%%, moved %.2f%% (ideal %.2f%%), lag %.2f points, largest step %.1f points", r.precision, r.moved, r.ideal, r.lag, r.jump)
+		})
+	}
+}
+
+// TestPlanRampBatchNeverAheadOfTheCurve: at every step the fading
+// endpoints together hold no more entries than the curve gives them, each
+// endpoint holds a prefix of its entries that only grows, and the fade
+// ends with every endpoint at its final count on the step the curve ends.
+func TestPlanRampBatchNeverAheadOfTheCurve(t *testing.T) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	for _, add := range []int{3, 10, 40} {
+		eps := make([]RampEndpoint, 100+add)
+		for i := range eps {
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 16}
+			if i%((100+add)/add) == 1 {
+				eps[i].Start = t0
+			}
+		}
+		prev := make([]uint64, len(eps))
+		for s := 0; ; s++ {
+			now := t0.Add(time.Duration(s) * time.Second)
+			plan, err := PlanRamp(eps, curve, ringhash.XXHash, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, byCurve uint64
+			for i, ep := range eps {
+				if plan.Counts[i] < prev[i] {
+					t.Fatalf("+%d at %ds: endpoint %d went from %d to %d entries", add, s, i, prev[i], plan.Counts[i])
+				}
+				prev[i] = plan.Counts[i]
+				if plan.Fading[i] {
+					got += plan.Counts[i]
+					byCurve += RampEntries(ep.Final, curve.Share(now.Sub(ep.Start)))
+				} else if plan.Counts[i] != ep.Final {
+					t.Fatalf("+%d at %ds: established endpoint %d has %d entries", add, s, i, plan.Counts[i])
+				}
+			}
+			if got > byCurve {
+				t.Fatalf("+%d at %ds: fading endpoints hold %d entries, the curve %d", add, s, got, byCurve)
+			}
+			if plan.Next.IsZero() {
+				if s != 30 {
+					t.Fatalf("+%d: fade over at %ds, want 30s", add, s)
+				}
+				break
+			}
+			if want := now.Add(time.Second); plan.Next.Before(want) {
+				t.Fatalf("+%d at %ds: next step %v before the next grid step", add, s, plan.Next)
+			}
+		}
+	}
+}
+
+// TestPlanRampOlderFadeIsNeverHeldBack: a second scale-up mid-fade may
+// wait for the first, never the reverse, so nothing the first endpoint
+// holds is taken back.
+func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	eps := make([]RampEndpoint, 60)
+	for i := range eps {
+		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.1.0.%d:80", i+1), Final: 32}
+	}
+	for _, i := range []int{7, 19, 33} {
+		eps[i].Start = t0
+	}
+	mid := t0.Add(12 * time.Second)
+	alone, err := PlanRamp(eps, curve, ringhash.XXHash, mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{8, 20, 41, 52} {
+		eps[i].Start = mid
+	}
+	for s := mid; s.Before(t0.Add(31 * time.Second)); s = s.Add(time.Second) {
+		both, err := PlanRamp(eps, curve, ringhash.XXHash, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{7, 19, 33} {
+			if both.Counts[i] < alone.Counts[i] {
+				t.Fatalf("at %v endpoint %d holds %d entries, %d before the second scale-up", s.Sub(t0), i, both.Counts[i], alone.Counts[i])
+			}
+		}
+	}
+}
