@@ -144,3 +144,22 @@ func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlanRamp is the planning cost of one fade step, paid once a
+// second per fading cluster: 100 endpoints at 32 entries plus 10 fading.
+func BenchmarkPlanRamp(b *testing.B) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	eps := make([]RampEndpoint, 110)
+	for i := range eps {
+		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 32}
+		if i%11 == 3 {
+			eps[i].Start = t0
+		}
+	}
+	for b.Loop() {
+		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(12*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
