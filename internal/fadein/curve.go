@@ -24,6 +24,16 @@ func (c Curve) Share(elapsed time.Duration) float64 {
 	return math.Min(1, math.Pow(float64(elapsed)/float64(c.Duration), c.Exponent))
 }
 
+// EndStep is the step at which a fade that started at start is over: the
+// first step instant at or after start + Duration.
+func (c Curve) EndStep(start time.Time) time.Time {
+	end := StepTime(start.Add(c.Duration))
+	if end.Before(start.Add(c.Duration)) {
+		end = end.Add(StepInterval)
+	}
+	return end
+}
+
 // StepInterval is the spacing of the control plane's fade-in steps. Envoy
 // merges EDS updates over a one-second window (update_merge_window) and
 // rebuilds its ring on each weight change, so closer steps would only be

@@ -130,11 +130,7 @@ func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 // (entry j at the first step where RampEntries exceeds j), and the step at
 // which its fade ends: the first step at or after start + duration.
 func curveSteps(final uint64, start time.Time, curve Curve) ([]int64, int64) {
-	first := StepTime(start)
-	end := StepTime(start.Add(curve.Duration))
-	if end.Before(start.Add(curve.Duration)) {
-		end = end.Add(StepInterval)
-	}
+	first, end := StepTime(start), curve.EndStep(start)
 	steps := int64(end.Sub(first) / StepInterval)
 	countAt := func(m int64) uint64 {
 		return RampEntries(final, curve.Share(first.Add(time.Duration(m)*StepInterval).Sub(start)))

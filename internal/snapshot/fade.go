@@ -132,11 +132,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 				continue
 			}
 			plan.Fading[i] = true
-			end := fadein.StepTime(ep.FirstSeen.Add(p.curve.Duration))
-			if end.Before(ep.FirstSeen.Add(p.curve.Duration)) {
-				end = end.Add(fadein.StepInterval)
-			}
-			if plan.Next.IsZero() || end.Before(plan.Next) {
+			if end := p.curve.EndStep(ep.FirstSeen); plan.Next.IsZero() || end.Before(plan.Next) {
 				plan.Next = end
 			}
 		}
