@@ -79,6 +79,16 @@ const always int64 = math.MinInt64
 // step, so replicas agree; an entry never appears after its endpoint's fade
 // ends.
 func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time) (RampPlan, error) {
+	return planRamp(eps, curve, hash, step, exactJumpLimit)
+}
+
+// exactJumpLimit is how many times the curve's largest step a scale-up may
+// bring in at one step to keep every entry in gap order.
+const exactJumpLimit = 2
+
+// planRamp is PlanRamp with the limit as a parameter; the fade-in
+// simulation also runs it with no limit, to show what exact order costs.
+func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time, jumpLimit float64) (RampPlan, error) {
 	step = StepTime(step)
 	stepAt := step.UnixNano()
 	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
@@ -101,7 +111,7 @@ func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 		appear[i], ends[i] = curveSteps(ep.Final, ep.Start, curve)
 	}
 
-	scheduleEntries(eps, appear, hash, &plan)
+	scheduleEntries(eps, appear, hash, jumpLimit, &plan)
 	if appear[0] != nil {
 		appear[0][0] = always
 	}
@@ -162,7 +172,7 @@ type node struct {
 
 // scheduleEntries rewrites appear, the curve steps of the fading entries,
 // into the schedule PlanRamp describes.
-func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFunction, stats *RampPlan) {
+func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFunction, jumpLimit float64, stats *RampPlan) {
 	// Number the fading entries.
 	base := make([]int, len(eps)+1)
 	for i := range eps {
@@ -198,6 +208,15 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 		}
 	}
 	slices.SortFunc(ring, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
+	// arc[v] is the share of the hash space fading entry v owns once
+	// every fade is over: the keys that hop if v comes in late.
+	arc := make([]uint64, n)
+	for k, e := range ring {
+		if e.idx >= 0 {
+			prev := ring[(k+len(ring)-1)%len(ring)].pos
+			arc[id(e.node)] = e.pos - prev // wraps correctly for the first entry
+		}
+	}
 
 	// "ahead before later" edges, per gap. For each later entry only the
 	// highest-index ahead entry of each other endpoint is needed: index
@@ -275,9 +294,11 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 		return curve[a] < curve[b] || (curve[a] == curve[b] && a < b)
 	}
 	indeg := make([]int32, n)
+	pred := make([][]int32, n)
 	for v := range succ {
 		for _, w := range succ[v] {
 			indeg[w]++
+			pred[w] = append(pred[w], int32(v))
 		}
 	}
 	var events [][]int32
@@ -338,13 +359,24 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 				v = heap.Pop(ready).(int32)
 			} else {
 				// Only cycles are left (index order and gap order can
-				// loop). Take the entry with the fewest unmet
-				// predecessors whose lower index is in, so index order
-				// holds.
+				// loop). Take, among the entries whose lower index is in
+				// (index order must hold), the one whose early arrival
+				// costs the fewest keys: the smallest arcs of the entries
+				// still ahead of it.
 				v = -1
+				var best uint64
 				for _, u := range byCurve {
-					if !done[u] && (nodes[u].idx == 0 || done[u-1]) && (v < 0 || indeg[u] < indeg[v]) {
-						v = u
+					if done[u] || (nodes[u].idx > 0 && !done[u-1]) {
+						continue
+					}
+					var cost uint64
+					for _, a := range pred[u] {
+						if !done[a] {
+							cost += arc[a] >> 8 // no overflow across 2^8 entries
+						}
+					}
+					if v < 0 || cost < best {
+						v, best = u, cost
 					}
 				}
 			}
@@ -372,7 +404,7 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 				}
 			}
 		})
-		if largestStep(ev, at) > 2*largestStep(ev, func(v int32) *int64 { return &curve[v] }) {
+		if float64(largestStep(ev, at)) > jumpLimit*float64(largestStep(ev, func(v int32) *int64 { return &curve[v] })) {
 			for i, v := range ev {
 				*at(v) = ordered[i]
 			}

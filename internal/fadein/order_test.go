@@ -42,7 +42,7 @@ func TestRampScaleUps(t *testing.T) {
 	}{
 		{10, 1, 0, 100},
 		{100, 10, 0, 100},
-		{100, 50, 256, 90}, // ordered to follow the curve: some keys hop
+		{100, 50, 256, 95}, // ordered to follow the curve: some keys hop
 	} {
 		t.Run(fmt.Sprintf("%d+%d", tc.old, tc.add), func(t *testing.T) {
 			r := simulate(tc.old, tc.add, fadeSchemes(t, tc.old, tc.add, tc.capacity)["ringxds-ramp"])
@@ -58,6 +58,21 @@ func TestRampScaleUps(t *testing.T) {
 			t.Logf("precision %.2f%%, moved %.2f%% (ideal %.2f%%), lag %.2f points, largest step %.1f points", r.precision, r.moved, r.ideal, r.lag, r.jump)
 		})
 	}
+}
+
+// TestExactOrderIsAJumpForLargeScaleUps pins why PlanRamp gives up gap
+// order for large scale-ups: keeping every entry in order at 100 -> 150
+// does reach 100% precision, but brings in most of the new endpoints' keys
+// at one step.
+func TestExactOrderIsAJumpForLargeScaleUps(t *testing.T) {
+	r := simulate(100, 50, fadeSchemes(t, 100, 50, 256)["ringxds-ramp-exact"])
+	if r.precision != 100 || r.oldOld != 0 || r.flaps != 0 {
+		t.Fatalf("exact order: precision %.2f%%, old-old %.3f%%, flaps %.4f; want 100, 0, 0", r.precision, r.oldOld, r.flaps)
+	}
+	if r.jump < 50 {
+		t.Fatalf("exact order brought in at most %.1f%% at one step; the gradual fallback would be needless", r.jump)
+	}
+	t.Logf("exact order: largest step %.1f points, lag %.1f points", r.jump, r.lag)
 }
 
 // TestPlanRampBatchNeverAheadOfTheCurve: at every step the fading

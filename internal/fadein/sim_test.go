@@ -161,17 +161,24 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 			rampEps[i].Start = t0
 		}
 	}
-	for step := 1; step <= simSteps+1; step++ {
-		plan, err := PlanRamp(rampEps, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second))
-		if err != nil {
-			tb.Fatal(err)
+	rampWith := func(jumpLimit float64) []ringhash.Ring {
+		rings := make([]ringhash.Ring, simSteps+2)
+		rings[0] = ramp[0]
+		for step := 1; step <= simSteps+1; step++ {
+			plan, err := planRamp(rampEps, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second), jumpLimit)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			eps := simEndpoints(n, 1)
+			for i := range eps {
+				eps[i].Weight = uint32(plan.Counts[i])
+			}
+			rings[step] = must(NewCountRing(eps, ringhash.XXHash))
 		}
-		eps := simEndpoints(n, 1)
-		for i := range eps {
-			eps[i].Weight = uint32(plan.Counts[i])
-		}
-		ramp[step] = must(NewCountRing(eps, ringhash.XXHash))
+		return rings
 	}
+	ramp = rampWith(exactJumpLimit)
+	exact := rampWith(math.Inf(1))
 
 	nring := func(build BuildFunc, eps []ringhash.Endpoint, before ringhash.Ring) func(step, key int, h uint64) int {
 		members := make([]Member, n)
@@ -230,6 +237,7 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 
 	return map[string]func(step, key int, h uint64) int{
 		"ringxds-ramp":           func(step, _ int, h uint64) int { return ramp[step].Pick(h) },
+		"ringxds-ramp-exact":     func(step, _ int, h uint64) int { return exact[step].Pick(h) },
 		"ringxds-nring-ringhash": nring(countBuild, simEndpoints(n, uint32(kNew)), ramp[0]),
 		"ringxds-nring-skipper":  nring(skipperBuild, skipperEndpoints(n), skOld),
 		"skipper-fadein":         skipperFade,
@@ -242,7 +250,7 @@ var simScenarios = []struct {
 	capacity uint64
 }{{10, 1, 0}, {100, 10, 0}, {100, 50, 0}, {100, 50, 256}}
 
-var simOrder = []string{"ringxds-ramp", "ringxds-nring-ringhash", "ringxds-nring-skipper", "skipper-fadein", "envoy-naive-ramp"}
+var simOrder = []string{"ringxds-ramp", "ringxds-ramp-exact", "ringxds-nring-ringhash", "ringxds-nring-skipper", "skipper-fadein", "envoy-naive-ramp"}
 
 func BenchmarkFadeSimulation(b *testing.B) {
 	for _, sc := range simScenarios {
