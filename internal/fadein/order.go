@@ -63,21 +63,24 @@ const always int64 = math.MinInt64
 // that is a partial order on the fading entries. Holding entries back until
 // their predecessors are in (the least schedule above the curve) meets it,
 // but in a large batch the order chains most entries together and holds
-// them to the last step: the fade becomes a jump. PlanRamp instead lays the
-// entries of one scale-up (endpoints with the same start) out in an order
-// that respects the partial order, choosing among the entries that may come
-// next the one the curve wants first, and hands out the curve's appearance
-// steps, sorted, along that order. The batch as a whole then follows the
-// curve exactly; single endpoints run a little ahead of or behind it.
+// them to the last step: the fade becomes a jump. PlanRamp instead puts the
+// fading entries in an order that respects the partial order, choosing
+// among the entries that may come next the one the curve wants first, and
+// hands out each start's curve steps, sorted, along that order. The
+// endpoints of one start then follow the curve exactly in sum; single
+// endpoints run a little ahead of or behind it. A scale-up too large to
+// keep every constraint without bringing most of it in at one step keeps
+// the order but lets cycles break (RampPlan.Gradual).
 //
-// Entries of an endpoint that started earlier are never held for a newer
-// one: taking back an entry would send its keys back to an old endpoint.
-// A newer endpoint's entry waits for older entries ahead of it. The walk's
-// first endpoint must hold an entry (ExactWeights), so its entry 0 is always
-// in; keys ahead of it in its gap may land on it early (rare, and only when
-// that endpoint fades). The result depends only on the endpoints and the
-// step, so replicas agree; an entry never appears after its endpoint's fade
-// ends.
+// Endpoints start at different times (pods turn ready one by one), and an
+// entry that is in must never be taken back. PlanRamp therefore replays
+// the starts of the current chain of overlapping fades in order: at each
+// start, the entries already in stay, and the missing ones of earlier
+// endpoints are planned again together with the new endpoint's. The result
+// depends only on the endpoints, their starts and the step, so replicas
+// agree, and no later start changes an entry that was in. The walk's first
+// endpoint must hold an entry (ExactWeights), so its entry 0 is always in.
+// An entry never appears after its endpoint's fade ends.
 func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time) (RampPlan, error) {
 	return planRamp(eps, curve, hash, step, exactJumpLimit)
 }
@@ -92,30 +95,32 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 	step = StepTime(step)
 	stepAt := step.UnixNano()
 	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
-
-	// appear[i][j] is the step (unix ns) from which entry j of fading
-	// endpoint i is in the ring.
-	appear := make([][]int64, len(eps))
-	ends := make([]int64, len(eps))
 	var total uint64
-	for i, ep := range eps {
+	for _, ep := range eps {
 		total += ep.Final
 		if total > ringhash.MaxRingSizeLimit {
 			return RampPlan{}, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
 		}
-		if ep.Start.IsZero() || ep.Final == 0 || curve.Share(step.Sub(ep.Start)) >= 1 {
-			plan.Counts[i] = ep.Final
-			continue
-		}
-		plan.Fading[i] = true
-		appear[i], ends[i] = curveSteps(ep.Final, ep.Start, curve)
 	}
 
-	scheduleEntries(eps, appear, hash, jumpLimit, &plan)
+	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
+	// is in the ring, for the endpoints of the current fade chain.
+	inChain := fadeChain(eps, curve)
+	appear := make([][]int64, len(eps))
+	for i, ep := range eps {
+		if inChain[i] {
+			appear[i] = curveSteps(ep.Final, ep.Start, curve)
+		}
+		plan.Fading[i] = inChain[i] && curve.Share(step.Sub(ep.Start)) < 1
+		if !plan.Fading[i] {
+			plan.Counts[i] = ep.Final
+		}
+	}
+	replayChain(eps, appear, curve, hash, jumpLimit, &plan)
 	if appear[0] != nil {
 		appear[0][0] = always
 	}
-	for i := range eps {
+	for i, ep := range eps {
 		if !plan.Fading[i] {
 			continue
 		}
@@ -128,18 +133,42 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 			}
 			plan.Counts[i]++
 		}
-		if plan.Next.IsZero() || ends[i] < plan.Next.UnixNano() {
-			plan.Next = time.Unix(0, ends[i])
+		if end := curve.EndStep(ep.Start); plan.Next.IsZero() || end.Before(plan.Next) {
+			plan.Next = end
 		}
 	}
 	return plan, nil
 }
 
+// fadeChain marks the endpoints whose fades the current one depends on:
+// from the latest start back, every endpoint whose fade had not ended by
+// the first step of a later one in the chain. Earlier endpoints were fully
+// in the ring whenever a chain member started, so for the chain they are as
+// good as established. Membership depends on the starts alone, not on the
+// time, and a new start only joins a chain or begins a new one.
+func fadeChain(eps []RampEndpoint, curve Curve) []bool {
+	in := make([]bool, len(eps))
+	var order []int
+	for i, ep := range eps {
+		if !ep.Start.IsZero() && ep.Final > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return eps[b].Start.Compare(eps[a].Start) })
+	var chainFirst time.Time
+	for n, i := range order {
+		if n > 0 && !curve.EndStep(eps[i].Start).After(StepTime(chainFirst)) {
+			break
+		}
+		in[i], chainFirst = true, eps[i].Start
+	}
+	return in
+}
+
 // curveSteps returns, for an endpoint with final entries that started
-// fading at start, the step from which each entry is in by the curve alone
-// (entry j at the first step where RampEntries exceeds j), and the step at
-// which its fade ends: the first step at or after start + duration.
-func curveSteps(final uint64, start time.Time, curve Curve) ([]int64, int64) {
+// fading at start, the step from which each entry is in by the curve alone:
+// entry j at the first step where RampEntries exceeds j.
+func curveSteps(final uint64, start time.Time, curve Curve) []int64 {
 	first, end := StepTime(start), curve.EndStep(start)
 	steps := int64(end.Sub(first) / StepInterval)
 	countAt := func(m int64) uint64 {
@@ -162,18 +191,29 @@ func curveSteps(final uint64, start time.Time, curve Curve) ([]int64, int64) {
 		}
 		out[j] = first.Add(time.Duration(lo) * StepInterval).UnixNano()
 	}
-	return out, end.UnixNano()
+	return out
 }
 
-// node is one fading ring entry in scheduleEntries.
+// node is one entry of a chain endpoint in replayChain.
 type node struct {
 	ep, idx int32
 }
 
-// scheduleEntries rewrites appear, the curve steps of the fading entries,
-// into the schedule PlanRamp describes.
-func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFunction, jumpLimit float64, stats *RampPlan) {
-	// Number the fading entries.
+// freezeLag is how long after a start PlanRamp assumes the control plane may
+// take to learn of it: entries of earlier endpoints that are in by then are
+// never planned again, so nothing published before the new endpoint was
+// known is taken back.
+const freezeLag = 2 * StepInterval
+
+// replayChain rewrites appear, the curve steps of the chain's entries, into
+// their schedule. It replays the chain's starts in order: at each start,
+// the entries already in (by the schedule so far, allowing freezeLag) stay,
+// and the rest, the new endpoints' and the earlier ones' still missing, are
+// planned together as PlanRamp describes, between the entries that are in.
+// Replaying from the starts rather than remembering makes the schedule a
+// function of the endpoints alone, and one that a later start never changes
+// for entries already in.
+func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash ringhash.HashFunction, jumpLimit float64, stats *RampPlan) {
 	base := make([]int, len(eps)+1)
 	for i := range eps {
 		base[i+1] = base[i] + len(appear[i])
@@ -182,15 +222,27 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 	if n == 0 {
 		return
 	}
-	id := func(e node) int { return base[e.ep] + int(e.idx) }
+	id := func(e node) int32 { return int32(base[e.ep]) + e.idx }
 	nodes := make([]node, n)
 	for i := range eps {
 		for j := range appear[i] {
 			nodes[base[i]+j] = node{int32(i), int32(j)}
 		}
 	}
+	at := func(v int32) *int64 { e := nodes[v]; return &appear[e.ep][e.idx] }
+	ends := make([]int64, len(eps))
+	for i, ep := range eps {
+		if appear[i] != nil {
+			ends[i] = fadeCurve.EndStep(ep.Start).UnixNano()
+		}
+	}
+	curve := make([]int64, n) // by the curve alone
+	for v := range nodes {
+		curve[v] = *at(int32(v))
+	}
 
-	// The ring: every entry once all fades are over, in hash order.
+	// The ring once every fade is over, in hash order; idx -1 marks entries
+	// of endpoints outside the chain, which are always in.
 	type entry struct {
 		pos uint64
 		node
@@ -208,136 +260,121 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 		}
 	}
 	slices.SortFunc(ring, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
-	// arc[v] is the share of the hash space fading entry v owns once
-	// every fade is over: the keys that hop if v comes in late.
+	// arc[v] is the share of the hash space entry v owns once every fade is
+	// over: the keys that hop if v comes in after an entry behind it.
 	arc := make([]uint64, n)
 	for k, e := range ring {
 		if e.idx >= 0 {
-			prev := ring[(k+len(ring)-1)%len(ring)].pos
-			arc[id(e.node)] = e.pos - prev // wraps correctly for the first entry
+			arc[id(e.node)] = e.pos - ring[(k+len(ring)-1)%len(ring)].pos // wraps for the first
 		}
 	}
 
-	// "ahead before later" edges, per gap. For each later entry only the
-	// highest-index ahead entry of each other endpoint is needed: index
-	// order brings the lower ones in first.
-	startOf := func(e node) int64 { return eps[e.ep].Start.UnixNano() }
-	succ := make([][]int32, n) // within one scale-up
-	var cross [][2]int32       // older endpoint ahead of a newer one
-	aheadMax := map[int32]int32{}
-	// walk visits the ring from just after an anchor, calling fn for each
-	// fading entry with the highest-index entries of the endpoints ahead of
-	// it since the last anchor; it does nothing without an anchor.
-	walk := func(anchor func(entry) bool, fn func(e entry, aheadMax map[int32]int32)) {
-		first := slices.IndexFunc(ring, anchor)
-		if first < 0 {
-			return
-		}
-		clear(aheadMax)
-		for k := 1; k <= len(ring); k++ {
-			e := ring[(first+k)%len(ring)]
-			if anchor(e) {
-				clear(aheadMax)
-				continue
-			}
-			if fn(e, aheadMax); e.idx >= 0 {
-				if cur, ok := aheadMax[e.ep]; !ok || e.idx > cur {
-					aheadMax[e.ep] = e.idx
-				}
-			}
+	// The chain's starts, in order.
+	var starts []int64
+	for i := range eps {
+		if appear[i] != nil {
+			starts = append(starts, eps[i].Start.UnixNano())
 		}
 	}
-	// Across scale-ups the gaps are those between established entries
-	// now: when an older fade ends its entries split gaps, which only
-	// lets newer entries in sooner.
-	walk(func(e entry) bool { return e.idx < 0 }, func(e entry, ahead map[int32]int32) {
-		for ep, idx := range ahead {
-			if a := (node{ep, idx}); startOf(a) < startOf(e.node) {
-				cross = append(cross, [2]int32{int32(id(a)), int32(id(e.node))})
-			}
-		}
-	})
-	// Within a scale-up the gaps are those between entries of endpoints
-	// that started earlier, whether their fade is over or not, and entries
-	// of newer endpoints are passed over: then the order of a scale-up
-	// changes only when an older endpoint or one of its own leaves, not
-	// as other fades end or begin.
-	starts := map[int64]bool{}
-	for _, e := range nodes {
-		starts[startOf(e)] = true
-	}
-	for start := range starts {
-		walk(func(e entry) bool { return e.idx < 0 || startOf(e.node) < start }, func(e entry, ahead map[int32]int32) {
-			if startOf(e.node) != start {
-				return
-			}
-			for ep, idx := range ahead {
-				if a := (node{ep, idx}); ep != e.ep && startOf(a) == start {
-					succ[id(a)] = append(succ[id(a)], int32(id(e.node)))
-				}
-			}
-		})
-	}
-	for v := range nodes {
-		if nodes[v].idx+1 < int32(len(appear[nodes[v].ep])) {
-			succ[v] = append(succ[v], int32(v+1))
-		}
-	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
 
-	// One scale-up at a time: its entries in a topological order that
-	// prefers the curve's earliest, given the sorted curve steps.
-	curve := make([]int64, n)
-	for v, e := range nodes {
-		curve[v] = appear[e.ep][e.idx]
-	}
-	less := func(a, b int32) bool {
-		return curve[a] < curve[b] || (curve[a] == curve[b] && a < b)
-	}
-	indeg := make([]int32, n)
+	const (
+		absent = iota // its endpoint starts later
+		fixed         // outside the chain, or in by the schedule so far
+		open          // to plan now
+	)
+	state := make([]uint8, n)
+	floor := make([]int64, n)
+	succ := make([][]int32, n)
 	pred := make([][]int32, n)
-	for v := range succ {
-		for _, w := range succ[v] {
-			indeg[w]++
-			pred[w] = append(pred[w], int32(v))
-		}
-	}
-	var events [][]int32
-	byStart := map[int64]int{}
-	for v, e := range nodes {
-		s := startOf(e)
-		k, ok := byStart[s]
-		if !ok {
-			k = len(events)
-			byStart[s] = k
-			events = append(events, nil)
-		}
-		events[k] = append(events[k], int32(v))
-	}
-	at := func(v int32) *int64 { e := nodes[v]; return &appear[e.ep][e.idx] }
-	// raiseUntilStable raises each entry to the entries it must follow
-	// along edges, until stable. Every change raises a step to another
-	// entry's step, so it ends.
-	raiseUntilStable := func(edges func(yield func(a, b int32))) {
-		for changed := true; changed; {
-			changed = false
-			edges(func(a, b int32) {
-				if b == 0 && nodes[b].ep == 0 {
-					return // the walk's first endpoint keeps entry 0
-				}
-				if *at(a) > *at(b) {
-					*at(b), changed = *at(a), true
-				}
-			})
-		}
-	}
+	indeg := make([]int32, n)
 	done := make([]bool, n)
-	for _, ev := range events {
-		steps := make([]int64, len(ev))
-		for i, v := range ev {
-			steps[i] = curve[v]
+	// ahead holds, since the last entry that is in, the highest-index open
+	// entry of each endpoint met; gaps are short, so a slice beats a map.
+	var ahead []node
+	for _, start := range starts {
+		first := StepTime(time.Unix(0, start)).UnixNano()
+		frozenBy := first + int64(freezeLag)
+		var openIDs []int32
+		for v := range nodes {
+			st := eps[nodes[v].ep].Start.UnixNano()
+			switch {
+			case st > start:
+				state[v] = absent
+			case st == start:
+				state[v], floor[v] = open, first
+			case *at(int32(v)) <= frozenBy:
+				state[v] = fixed
+			default:
+				state[v], floor[v] = open, frozenBy+int64(StepInterval)
+			}
+			if state[v] == open {
+				openIDs = append(openIDs, int32(v))
+				*at(int32(v)) = max(curve[v], floor[v])
+			}
+			succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
 		}
-		slices.Sort(steps)
-		byCurve := slices.Clone(ev)
+
+		// Gap order among the open entries: between two entries that are
+		// in, an open entry waits for the open entries of other endpoints
+		// ahead of it (the highest index of each suffices; index order
+		// brings the lower ones in first).
+		isIn := func(e entry) bool { return e.idx < 0 || state[id(e.node)] == fixed }
+		if firstIn := slices.IndexFunc(ring, isIn); firstIn >= 0 {
+			ahead = ahead[:0]
+			for k := 1; k <= len(ring); k++ {
+				e := ring[(firstIn+k)%len(ring)]
+				if isIn(e) {
+					ahead = ahead[:0]
+					continue
+				}
+				v := id(e.node)
+				if state[v] != open {
+					continue
+				}
+				mine := -1
+				for i, a := range ahead {
+					if a.ep == e.ep {
+						mine = i
+						continue
+					}
+					succ[id(a)] = append(succ[id(a)], v)
+				}
+				switch {
+				case mine < 0:
+					ahead = append(ahead, e.node)
+				case e.idx > ahead[mine].idx:
+					ahead[mine] = e.node
+				}
+			}
+		}
+		for _, v := range openIDs {
+			if nodes[v].idx > 0 && state[v-1] == open {
+				succ[v-1] = append(succ[v-1], v)
+			}
+		}
+		for _, v := range openIDs {
+			for _, w := range succ[v] {
+				indeg[w]++
+				pred[w] = append(pred[w], v)
+			}
+		}
+
+		// An order that meets the constraints, taking among the entries
+		// that may come next the one the curve wants first; each start's
+		// sorted curve steps are handed out along it to its own entries,
+		// so every endpoint of a start keeps to that start's curve in sum.
+		less := func(a, b int32) bool { return *at(a) < *at(b) || (*at(a) == *at(b) && a < b) }
+		slots := map[int64][]int64{}
+		for _, v := range openIDs {
+			st := eps[nodes[v].ep].Start.UnixNano()
+			slots[st] = append(slots[st], *at(v))
+		}
+		for _, sl := range slots {
+			slices.Sort(sl)
+		}
+		byCurve := slices.Clone(openIDs)
 		slices.SortFunc(byCurve, func(a, b int32) int {
 			if less(a, b) {
 				return -1
@@ -348,12 +385,13 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 			return 0
 		})
 		ready := &nodeHeap{less: less}
-		for _, v := range ev {
+		for _, v := range openIDs {
 			if indeg[v] == 0 {
 				heap.Push(ready, v)
 			}
 		}
-		for rank := range ev {
+		order := make([]int32, 0, len(openIDs))
+		for range openIDs {
 			var v int32
 			if ready.Len() > 0 {
 				v = heap.Pop(ready).(int32)
@@ -366,13 +404,13 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 				v = -1
 				var best uint64
 				for _, u := range byCurve {
-					if done[u] || (nodes[u].idx > 0 && !done[u-1]) {
+					if done[u] || (nodes[u].idx > 0 && state[u-1] == open && !done[u-1]) {
 						continue
 					}
 					var cost uint64
 					for _, a := range pred[u] {
 						if !done[a] {
-							cost += arc[a] >> 8 // no overflow across 2^8 entries
+							cost += arc[a] >> 16 // no overflow across 2^16 entries
 						}
 					}
 					if v < 0 || cost < best {
@@ -381,51 +419,61 @@ func scheduleEntries(eps []RampEndpoint, appear [][]int64, hash ringhash.HashFun
 				}
 			}
 			done[v] = true
-			*at(v) = steps[rank]
+			order = append(order, v)
 			for _, w := range succ[v] {
 				if indeg[w]--; indeg[w] == 0 && !done[w] {
 					heap.Push(ready, w)
 				}
 			}
 		}
-
-		// Meeting every edge makes each cycle appear at once. Keep that
-		// unless it makes one step reveal more than twice the curve's
-		// largest step: then the order above, which breaks the fewest
-		// edges it can, keeps the fade gradual.
-		ordered := make([]int64, len(ev))
-		for i, v := range ev {
-			ordered[i] = *at(v)
+		curveLargest := largestStep(openIDs, at)
+		assign := func() {
+			taken := map[int64]int{}
+			for _, v := range order {
+				st := eps[nodes[v].ep].Start.UnixNano()
+				*at(v) = max(slots[st][taken[st]], floor[v])
+				taken[st]++
+			}
 		}
-		raiseUntilStable(func(yield func(a, b int32)) {
-			for _, v := range ev {
-				for _, w := range succ[v] {
-					yield(v, w)
+		assign()
+		// Meeting every edge makes each cycle appear at once. Keep that
+		// unless it makes one step reveal more than jumpLimit times the
+		// curve's largest step: then the order above, which breaks the
+		// fewest keys' worth of edges it can, keeps the fade gradual.
+		raiseAlong(openIDs, func(v int32) []int32 { return succ[v] }, at)
+		if float64(largestStep(openIDs, at)) > jumpLimit*float64(curveLargest) {
+			assign()
+			raiseAlong(openIDs, func(v int32) []int32 {
+				if nodes[v].idx+1 < int32(len(appear[nodes[v].ep])) && state[v+1] == open {
+					return []int32{v + 1}
 				}
-			}
-		})
-		if float64(largestStep(ev, at)) > jumpLimit*float64(largestStep(ev, func(v int32) *int64 { return &curve[v] })) {
-			for i, v := range ev {
-				*at(v) = ordered[i]
-			}
+				return nil
+			}, at)
 			if stats != nil {
 				stats.Gradual++
 			}
 		}
-	}
-
-	// An entry of a newer scale-up waits for older entries ahead of it, and
-	// index order holds throughout.
-	raiseUntilStable(func(yield func(a, b int32)) {
-		for _, c := range cross {
-			yield(c[0], c[1])
+		// An endpoint is whole when its fade ends, whatever it waited for.
+		for _, v := range openIDs {
+			*at(v) = min(*at(v), ends[nodes[v].ep])
 		}
-		for v := range nodes {
-			if nodes[v].idx > 0 {
-				yield(int32(v-1), int32(v))
+	}
+}
+
+// raiseAlong raises each entry to the entries it must follow (next),
+// until stable. Every change raises a step to another entry's step, so it
+// ends.
+func raiseAlong(ids []int32, next func(int32) []int32, at func(int32) *int64) {
+	for changed := true; changed; {
+		changed = false
+		for _, v := range ids {
+			for _, w := range next(v) {
+				if *at(v) > *at(w) {
+					*at(w), changed = *at(v), true
+				}
 			}
 		}
-	})
+	}
 }
 
 // largestStep is the most entries of ev that appear at one step, leaving

@@ -45,7 +45,8 @@ func TestRampScaleUps(t *testing.T) {
 		{100, 50, 256, 95}, // ordered to follow the curve: some keys hop
 	} {
 		t.Run(fmt.Sprintf("%d+%d", tc.old, tc.add), func(t *testing.T) {
-			r := simulate(tc.old, tc.add, fadeSchemes(t, tc.old, tc.add, tc.capacity)["ringxds-ramp"])
+			sc := simSpec{old: tc.old, add: tc.add, capacity: tc.capacity}
+			r := simulate(sc.old, sc.add, sc.steps(), sc.share, fadeSchemes(t, sc)["ringxds-ramp"])
 			if r.oldOld != 0 || r.flaps != 0 {
 				t.Fatalf("old-old %.3f%%, flaps %.4f per key; want none", r.oldOld, r.flaps)
 			}
@@ -60,12 +61,33 @@ func TestRampScaleUps(t *testing.T) {
 	}
 }
 
+// TestStaggeredScaleUpKeepsToTheGoals: pods of one scale-up turning ready a
+// second apart, as Kubernetes reports them, each its own start. Nothing
+// moves between old endpoints or back to one, and the ramp warms the right
+// keys at least as well as the N-ring on the same arrivals. Neither reaches
+// 100%: an endpoint that starts before its sibling is known serves some of
+// the sibling's keys until it arrives.
+func TestStaggeredScaleUpKeepsToTheGoals(t *testing.T) {
+	sc := simSpec{old: 100, add: 10, stagger: time.Second}
+	schemes := fadeSchemes(t, sc)
+	ramp := simulate(sc.old, sc.add, sc.steps(), sc.share, schemes["ringxds-ramp"])
+	nring := simulate(sc.old, sc.add, sc.steps(), sc.share, schemes["ringxds-nring-ringhash"])
+	if ramp.oldOld != 0 || ramp.flaps != 0 {
+		t.Fatalf("old-old %.3f%%, flaps %.4f per key; want none", ramp.oldOld, ramp.flaps)
+	}
+	if ramp.precision < nring.precision {
+		t.Fatalf("precision %.2f%%, below the N-ring's %.2f%%", ramp.precision, nring.precision)
+	}
+	t.Logf("precision %.2f%% (N-ring %.2f%%), largest step %.1f points", ramp.precision, nring.precision, ramp.jump)
+}
+
 // TestExactOrderIsAJumpForLargeScaleUps pins why PlanRamp gives up gap
 // order for large scale-ups: keeping every entry in order at 100 -> 150
 // does reach 100% precision, but brings in most of the new endpoints' keys
 // at one step.
 func TestExactOrderIsAJumpForLargeScaleUps(t *testing.T) {
-	r := simulate(100, 50, fadeSchemes(t, 100, 50, 256)["ringxds-ramp-exact"])
+	sc := simSpec{old: 100, add: 50, capacity: 256}
+	r := simulate(sc.old, sc.add, sc.steps(), sc.share, fadeSchemes(t, sc)["ringxds-ramp-exact"])
 	if r.precision != 100 || r.oldOld != 0 || r.flaps != 0 {
 		t.Fatalf("exact order: precision %.2f%%, old-old %.3f%%, flaps %.4f; want 100, 0, 0", r.precision, r.oldOld, r.flaps)
 	}
@@ -126,9 +148,9 @@ func TestPlanRampBatchNeverAheadOfTheCurve(t *testing.T) {
 	}
 }
 
-// TestPlanRampOlderFadeIsNeverHeldBack: a second scale-up mid-fade may
-// wait for the first, never the reverse, so nothing the first endpoint
-// holds is taken back.
+// TestPlanRampOlderFadeIsNeverHeldBack: a second scale-up mid-fade is
+// planned together with what the first still misses, but nothing the first
+// endpoints hold when it starts is taken back, at any later step.
 func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
 	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
 	t0 := time.Unix(1_780_000_000, 0)
@@ -174,6 +196,25 @@ func BenchmarkPlanRamp(b *testing.B) {
 	}
 	for b.Loop() {
 		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(12*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlanRampStaggered is the same for a Kubernetes-style scale-up:
+// 50 endpoints turning ready half a second apart, each its own start.
+func BenchmarkPlanRampStaggered(b *testing.B) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	eps := make([]RampEndpoint, 150)
+	for i := range eps {
+		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 16}
+		if i%3 == 2 {
+			eps[i].Start = t0.Add(time.Duration(i) * 167 * time.Millisecond)
+		}
+	}
+	for b.Loop() {
+		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(20*time.Second)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -44,9 +44,11 @@ const simSteps = 30
 func simShare(step int) float64 { return simCurve.Share(time.Duration(step) * time.Second) }
 
 // simulate runs pick over every step: 0 is the ring before the event, 1 to
-// simSteps the fade steps, simSteps+1 the ring after it. Endpoints 0..old-1
-// are old; pick returns an index into all old+add endpoints.
-func simulate(old, add int, pick func(step int, key int, h uint64) int) simResult {
+// steps the fade steps, steps+1 the ring after it. Endpoints 0..old-1 are
+// old; pick returns an index into all old+add endpoints. share(step) is the
+// curve's share at a fade step, for lag.
+func simulate(old, add, steps int, share func(step int) float64, pick func(step int, key int, h uint64) int) simResult {
+	simSteps := steps
 	keys := make([]uint64, simKeys)
 	for i := range keys {
 		keys[i] = ringhash.HashKey(fmt.Sprintf("product-%d", i))
@@ -100,7 +102,7 @@ func simulate(old, add int, pick func(step int, key int, h uint64) int) simResul
 		jump = max(jump, frac-servedBefore)
 		servedBefore = frac
 		if step <= simSteps {
-			lag += math.Abs(frac - simShare(step-1))
+			lag += math.Abs(frac - share(step))
 		}
 	}
 	good := 0
@@ -115,7 +117,7 @@ func simulate(old, add int, pick func(step int, key int, h uint64) int) simResul
 		flaps:     float64(flaps) / simKeys,
 		moved:     100 * float64(moved) / simKeys,
 		ideal:     100 * float64(add) / float64(old+add),
-		lag:       100 * lag / simSteps,
+		lag:       100 * lag / float64(simSteps),
 		jump:      100 * jump,
 	}
 }
@@ -137,9 +139,50 @@ func skipperEndpoints(n int) []ringhash.Endpoint {
 }
 
 // fadeSchemes returns, per scheme, a pick function for the simulation.
-// capacity is fade_in.capacity (0: none): the ring is laid out for that
-// weight sum instead of the current one.
-func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(step, key int, h uint64) int {
+// simSpec is one simulated scale-up: add endpoints join old ones, the ring
+// laid out for capacity (fade_in.capacity; 0 for none); the new endpoints
+// start fading together, or stagger apart one after the other, as
+// Kubernetes reports pods that turn ready one by one.
+type simSpec struct {
+	old, add int
+	capacity uint64
+	stagger  time.Duration
+}
+
+func (sc simSpec) name() string {
+	s := fmt.Sprintf("%dto%d", sc.old, sc.old+sc.add)
+	if sc.capacity > 0 {
+		s += fmt.Sprintf("-capacity%d", sc.capacity)
+	}
+	if sc.stagger > 0 {
+		s += fmt.Sprintf("-staggered%v", sc.stagger)
+	}
+	return s
+}
+
+// steps is the number of fade steps: until the last new endpoint's fade
+// is over.
+func (sc simSpec) steps() int {
+	return simSteps + int((time.Duration(sc.add-1)*sc.stagger+time.Second-1)/time.Second)
+}
+
+// start is when new endpoint i (0-based among the new) starts fading.
+func (sc simSpec) start(t0 time.Time, i int) time.Time {
+	return t0.Add(time.Duration(i) * sc.stagger)
+}
+
+// share is the new endpoints' mean curve share at fade step step.
+func (sc simSpec) share(step int) float64 {
+	var sum float64
+	for i := range sc.add {
+		sum += simCurve.Share(time.Duration(step-1)*time.Second - time.Duration(i)*sc.stagger)
+	}
+	return sum / float64(sc.add)
+}
+
+func fadeSchemes(tb testing.TB, sc simSpec) map[string]func(step, key int, h uint64) int {
+	old, add, capacity := sc.old, sc.add, sc.capacity
+	simSteps := sc.steps()
 	must := func(r ringhash.Ring, err error) ringhash.Ring {
 		if err != nil {
 			tb.Fatal(err)
@@ -158,22 +201,40 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 	for i, ep := range simEndpoints(n, uint32(kNew)) {
 		rampEps[i] = RampEndpoint{Key: ep.Key, Final: kNew}
 		if i >= old {
-			rampEps[i].Start = t0
+			rampEps[i].Start = sc.start(t0, i-old)
 		}
 	}
+	// present is the endpoints known at fade step step: the old ones and
+	// the new ones that have started.
+	present := func(step int) []int {
+		var in []int
+		for i := range n {
+			if i < old || step > simSteps || !rampEps[i].Start.After(t0.Add(time.Duration(step-1)*time.Second)) {
+				in = append(in, i)
+			}
+		}
+		return in
+	}
+	// indexed maps a ring over some endpoints back to indexes of all.
+	indexed := func(r ringhash.Ring, in []int) ringhash.Ring { return indexedRing{r, in} }
 	rampWith := func(jumpLimit float64) []ringhash.Ring {
 		rings := make([]ringhash.Ring, simSteps+2)
 		rings[0] = ramp[0]
 		for step := 1; step <= simSteps+1; step++ {
-			plan, err := planRamp(rampEps, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second), jumpLimit)
+			in := present(step)
+			cur := make([]RampEndpoint, len(in))
+			for k, i := range in {
+				cur[k] = rampEps[i]
+			}
+			plan, err := planRamp(cur, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second), jumpLimit)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			eps := simEndpoints(n, 1)
-			for i := range eps {
-				eps[i].Weight = uint32(plan.Counts[i])
+			eps := make([]ringhash.Endpoint, len(in))
+			for k := range in {
+				eps[k] = ringhash.Endpoint{Key: cur[k].Key, Weight: uint32(plan.Counts[k])}
 			}
-			rings[step] = must(NewCountRing(eps, ringhash.XXHash))
+			rings[step] = indexed(must(NewCountRing(eps, ringhash.XXHash)), in)
 		}
 		return rings
 	}
@@ -181,22 +242,37 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 	exact := rampWith(math.Inf(1))
 
 	nring := func(build BuildFunc, eps []ringhash.Endpoint, before ringhash.Ring) func(step, key int, h uint64) int {
-		members := make([]Member, n)
-		for i := range members {
-			members[i] = Member{Key: eps[i]}
-			if i >= old {
-				members[i].FadeStart, members[i].Curve = t0, simCurve
+		// One NRing per step, updated with the endpoints known then.
+		rings := make([]*NRing, simSteps+2)
+		ins := make([][]int, simSteps+2)
+		for step := 1; step <= simSteps+1; step++ {
+			in := present(step)
+			members := make([]Member, len(in))
+			for k, i := range in {
+				members[k] = Member{Key: eps[i]}
+				if i >= old {
+					members[k].FadeStart, members[k].Curve = rampEps[i].Start, simCurve
+				}
 			}
-		}
-		nr := NewNRing(build)
-		if err := nr.Update(members, t0); err != nil {
-			tb.Fatal(err)
+			now := t0.Add(time.Duration(step-1) * time.Second)
+			if step > simSteps {
+				now = now.Add(simCurve.Duration)
+			}
+			nr := NewNRing(build)
+			if err := nr.Update(members, now); err != nil {
+				tb.Fatal(err)
+			}
+			rings[step], ins[step] = nr, in
 		}
 		return func(step, _ int, h uint64) int {
 			if step == 0 {
 				return before.Pick(h)
 			}
-			return nr.Pick(h, t0.Add(time.Duration(step-1)*time.Second))
+			now := t0.Add(time.Duration(step-1) * time.Second)
+			if step > simSteps {
+				now = now.Add(simCurve.Duration)
+			}
+			return ins[step][rings[step].Pick(h, now)]
 		}
 	}
 	countBuild := func(eps []ringhash.Endpoint) (ringhash.Ring, error) { return NewCountRing(eps, ringhash.XXHash) }
@@ -215,7 +291,7 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 		case step > simSteps:
 			return skAll.Pick(h)
 		}
-		score, r := simShare(step-1), rng.Float64()
+		score, r := sc.share(step), rng.Float64()
 		return skAll.PickExcluding(h, func(ep int) bool { return ep >= old && !(r < score) })
 	}
 
@@ -227,7 +303,7 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 		eps := simEndpoints(n, 100)
 		share := 1.0
 		if step <= simSteps {
-			share = simShare(step - 1)
+			share = sc.share(step)
 		}
 		for i := old; i < n; i++ {
 			eps[i].Weight = uint32(max(1, math.Round(100*share)))
@@ -245,25 +321,28 @@ func fadeSchemes(tb testing.TB, old, add int, capacity uint64) map[string]func(s
 	}
 }
 
-var simScenarios = []struct {
-	old, add int
-	capacity uint64
-}{{10, 1, 0}, {100, 10, 0}, {100, 50, 0}, {100, 50, 256}}
+var simScenarios = []simSpec{
+	{old: 10, add: 1},
+	{old: 100, add: 10},
+	{old: 100, add: 50},
+	{old: 100, add: 50, capacity: 256},
+	{old: 100, add: 10, stagger: time.Second},
+	{old: 100, add: 50, capacity: 256, stagger: 500 * time.Millisecond},
+}
 
 var simOrder = []string{"ringxds-ramp", "ringxds-ramp-exact", "ringxds-nring-ringhash", "ringxds-nring-skipper", "skipper-fadein", "envoy-naive-ramp"}
 
 func BenchmarkFadeSimulation(b *testing.B) {
 	for _, sc := range simScenarios {
-		schemes := fadeSchemes(b, sc.old, sc.add, sc.capacity)
+		schemes := fadeSchemes(b, sc)
 		for _, name := range simOrder {
-			scenario := fmt.Sprintf("%dto%d", sc.old, sc.old+sc.add)
-			if sc.capacity > 0 {
-				scenario += fmt.Sprintf("-capacity%d", sc.capacity)
+			if sc.stagger > 0 && (name == "skipper-fadein" || name == "envoy-naive-ramp") {
+				continue // their per-request and per-step shares assume one start
 			}
-			b.Run(scenario+"/"+name, func(b *testing.B) {
+			b.Run(sc.name()+"/"+name, func(b *testing.B) {
 				var r simResult
 				for b.Loop() {
-					r = simulate(sc.old, sc.add, schemes[name])
+					r = simulate(sc.old, sc.add, sc.steps(), sc.share, schemes[name])
 				}
 				b.ReportMetric(r.precision, "precision_%")
 				b.ReportMetric(r.oldOld, "oldold_%")
@@ -276,3 +355,12 @@ func BenchmarkFadeSimulation(b *testing.B) {
 		}
 	}
 }
+
+// indexedRing picks among some of the simulated endpoints and answers with
+// indexes into all of them.
+type indexedRing struct {
+	ringhash.Ring
+	in []int
+}
+
+func (r indexedRing) Pick(h uint64) int { return r.in[r.Ring.Pick(h)] }
