@@ -66,8 +66,8 @@ func kubeOptedIn(svc *corev1.Service) bool {
 
 // build computes the State from services (any order) and the slices of each
 // Service. now is used for fade-in expiry only. It returns the earliest time
-// at which a fade-in completes (zero if none), when the State must be rebuilt
-// to mark that endpoint established.
+// at which a cluster's last fade-in completes (zero if none), when the State
+// must be rebuilt to mark its endpoints established.
 func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace, name string) []*discoveryv1.EndpointSlice, now time.Time) (model.State, []kubeProblem, time.Time) {
 	services = slices.Clone(services)
 	slices.SortFunc(services, func(a, c *corev1.Service) int {
@@ -134,6 +134,12 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			b.joined[name] = known
 		}
 		present := make(map[string]bool, len(eps))
+		// The cluster's fades end together: an endpoint whose own window
+		// has passed keeps its start until the last fade in the cluster is
+		// over, because the fade-in schedule of the endpoints still fading
+		// is replayed from every start since the first of them
+		// (fadein.PlanRamp); dropping one start early would change it.
+		var fadesEnd time.Time
 		for _, e := range eps {
 			hp := e.ep.HostPort()
 			present[hp] = true
@@ -147,16 +153,22 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 				}
 				known[hp] = first
 			}
-			if !first.IsZero() && (c.FadeIn == nil || !now.Before(first.Add(c.FadeIn.Duration))) {
-				first = time.Time{}
-				known[hp] = first
-			}
-			if !first.IsZero() {
-				if end := first.Add(c.FadeIn.Duration); next.IsZero() || end.Before(next) {
-					next = end
+			if !first.IsZero() && c.FadeIn != nil {
+				if end := first.Add(c.FadeIn.Duration); end.After(fadesEnd) {
+					fadesEnd = end
 				}
 			}
-			e.ep.FirstSeen = first
+		}
+		fading := c.FadeIn != nil && now.Before(fadesEnd)
+		if fading && (next.IsZero() || fadesEnd.Before(next)) {
+			next = fadesEnd
+		}
+		for _, e := range eps {
+			hp := e.ep.HostPort()
+			if !fading {
+				known[hp] = time.Time{}
+			}
+			e.ep.FirstSeen = known[hp]
 			c.Endpoints = append(c.Endpoints, e.ep)
 		}
 		for hp := range known {

@@ -66,7 +66,18 @@ func TestKubeBuildFadeIn(t *testing.T) {
 		t.Fatalf("after a second change: %+v", eps)
 	}
 
-	// Once the window has passed the endpoints read as established, the
+	// 10.0.0.2's own window has passed, but 10.0.0.3 still fades: both
+	// keep their starts (the ramp of 10.0.0.3 is replayed from both), and
+	// the State is rebuilt when the last fade ends.
+	s, _, next = b.build(f.svcs, f.slicesOf, joined.Add(35*time.Second))
+	if eps := s.Clusters[0].Endpoints; !eps[1].FirstSeen.Equal(joined) || !eps[2].FirstSeen.Equal(later) {
+		t.Fatalf("while the last fade runs: %+v", eps)
+	}
+	if !next.Equal(later.Add(30 * time.Second)) {
+		t.Fatalf("next = %v, want the end of the last fade-in %v", next, later.Add(30*time.Second))
+	}
+
+	// Once every window has passed the endpoints read as established, the
 	// same State a freshly started replica builds.
 	s, _, next = b.build(f.svcs, f.slicesOf, later.Add(time.Minute))
 	fresh, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, later.Add(time.Minute))
