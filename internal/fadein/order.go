@@ -260,14 +260,11 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		}
 	}
 	slices.SortFunc(ring, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
-	// arc[v] is the share of the hash space entry v owns once every fade is
-	// over: the keys that hop if v comes in after an entry behind it.
+	// arc[v] is the share of the hash space open entry v owns once the
+	// endpoints known at the start being planned are all in: the keys that
+	// hop if v comes in after an entry behind it. Later starts must not
+	// change it, or they would change the plan made before them.
 	arc := make([]uint64, n)
-	for k, e := range ring {
-		if e.idx >= 0 {
-			arc[id(e.node)] = e.pos - ring[(k+len(ring)-1)%len(ring)].pos // wraps for the first
-		}
-	}
 
 	// The chain's starts, in order.
 	var starts []int64
@@ -314,6 +311,18 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				*at(int32(v)) = max(curve[v], floor[v])
 			}
 			succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
+		}
+
+		prevPos, havePrev := uint64(0), false
+		for k := range 2 * len(ring) { // twice round, so the first entry sees its predecessor
+			e := ring[k%len(ring)]
+			if e.idx >= 0 && state[id(e.node)] == absent {
+				continue
+			}
+			if e.idx >= 0 && state[id(e.node)] == open && havePrev {
+				arc[id(e.node)] = e.pos - prevPos // wraps for the first
+			}
+			prevPos, havePrev = e.pos, true
 		}
 
 		// Gap order among the open entries: between two entries that are

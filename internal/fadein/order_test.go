@@ -2,6 +2,9 @@ package fadein
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,6 +219,61 @@ func BenchmarkPlanRampStaggered(b *testing.B) {
 	for b.Loop() {
 		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(20*time.Second)); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestPlanRampNeverTakesBackAnEntry: random scale-ups whose endpoints start
+// at random times, each joining the plan only once it has started (or up to
+// a second later, as a control plane may learn of it late). From step to
+// step no endpoint ever holds fewer entries than before.
+func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	curve := Curve{Duration: 20 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	for sc := range 30 {
+		old, add := 10+rng.IntN(60), 2+rng.IntN(30)
+		final := uint64(4096 / 128)
+		eps := make([]RampEndpoint, old+add)
+		known := make([]time.Time, old+add) // when the control plane learns of it
+		for i := range eps {
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("10.2.%d.%d:80", i/200, i%200+1), Final: final}
+			switch {
+			case i >= old && sc%2 == 0:
+				// Pods one by one.
+				eps[i].Start = t0.Add(time.Duration(rng.IntN(15000)) * time.Millisecond)
+			case i >= old:
+				// Two scale-ups, the second mid-fade.
+				eps[i].Start = t0
+				if i%2 == 0 {
+					eps[i].Start = t0.Add(time.Duration(3+sc%9) * time.Second)
+				}
+			}
+			if i >= old {
+				known[i] = eps[i].Start.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			}
+		}
+		prev := map[string]uint64{}
+		for s := 0; s <= 40; s++ {
+			now := t0.Add(time.Duration(s) * time.Second)
+			var cur []RampEndpoint
+			for i, ep := range eps {
+				if i < old || !known[i].After(now) {
+					cur = append(cur, ep)
+				}
+			}
+			// Walk order, as the control plane publishes it.
+			slices.SortFunc(cur, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+			plan, err := PlanRamp(cur, curve, ringhash.XXHash, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, ep := range cur {
+				if c, ok := prev[ep.Key]; ok && plan.Counts[i] < c {
+					t.Fatalf("scenario %d (%d+%d) at %ds: %s went from %d to %d entries", sc, old, add, s, ep.Key, c, plan.Counts[i])
+				}
+				prev[ep.Key] = plan.Counts[i]
+			}
 		}
 	}
 }
