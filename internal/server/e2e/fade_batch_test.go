@@ -1,0 +1,182 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/ringhash"
+	"github.com/ringxds/ringxds/internal/testcp"
+)
+
+// batchYAML lists backends with fixed hash keys, so the ring (and the
+// fade-in plan) does not depend on the ports the backends got.
+func batchYAML(backends []*testcp.Backend) string {
+	var b strings.Builder
+	b.WriteString("clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: 6s, exponent: 2.5, capacity: 16}\n    endpoints:\n")
+	for i, be := range testcp.Addrs(backends) {
+		host, port, _ := strings.Cut(be, ":")
+		fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%02d}\n", host, port, i)
+	}
+	return b.String()
+}
+
+// TestFadeBatchWithHeldEndpointGRPCAgrees scales 8 backends to 12 at once
+// (fade_in.capacity 16 keeps the layout: 256 entries each before and after)
+// and holds the fade at a step where the plan keeps one new backend in EDS
+// with no ring entry yet (its turn in gap order has not come; its weight is
+// tiny but not zero) while others already have some. grpc-go's own xDS
+// client must route 1000 keys, and keys chosen to sit just before the held
+// backend's first entry, exactly where /debug/pick says, send none of them
+// to the held backend, move no key between old backends, and, after the
+// fade, move no key back to an old one.
+func TestFadeBatchWithHeldEndpointGRPCAgrees(t *testing.T) {
+	backends := testcp.StartBackends(t, 12)
+	clk := &clock{}
+	cp := testcp.Start(t, testcp.TempFile(t, batchYAML(backends[:8])), testcp.WithClock(clk.Now))
+	client := dialXDS(t, cp.XDSAddr, "products")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	route := func(key string) (string, error) { return testcp.Call(ctx, client, "x-product-id", key) }
+
+	const keys = 1000
+	before, bad := sweep(t, cp, keys, route)
+	if bad != 0 {
+		t.Fatalf("before the scale-up %d/%d keys disagree", bad, keys)
+	}
+
+	testcp.WriteFile(t, cp.File, batchYAML(backends))
+	var start time.Time
+	testcp.WaitFor(t, 5*time.Second, "the new endpoints to fade in", func() bool {
+		if st := cp.Server.Current().Fading["products"]; len(st) == 4 {
+			start = st[0].Start
+			return true
+		}
+		return false
+	})
+
+	// Find, with the server's own planner and inputs, a step at which a
+	// new backend is held at zero entries while another has some.
+	curve := fadein.Curve{Duration: 6 * time.Second, Exponent: 2.5}
+	k, _ := fadein.LayoutEntriesPerWeight(12, 4096, 16)
+	eps := make([]fadein.RampEndpoint, 12)
+	for i := range eps {
+		eps[i] = fadein.RampEndpoint{Key: fmt.Sprintf("backend-%02d", i), Final: k}
+		if i >= 8 {
+			eps[i].Start = start
+		}
+	}
+	var hold time.Time
+	held := -1
+	for m := 0; m <= 6 && held < 0; m++ {
+		at := fadein.StepTime(start).Add(time.Duration(m)*time.Second + 500*time.Millisecond)
+		plan, err := fadein.PlanRamp(eps, curve, ringhash.XXHash, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		some := false
+		for i := 8; i < 12; i++ {
+			some = some || plan.Counts[i] > 0
+		}
+		for i := 8; i < 12 && some; i++ {
+			if plan.Fading[i] && plan.Counts[i] == 0 {
+				hold, held = at, i
+				break
+			}
+		}
+	}
+	if held < 0 {
+		t.Fatal("no step of this fade holds a new backend at zero entries; the test needs another layout")
+	}
+	clk.Set(hold)
+	testcp.WaitFor(t, 5*time.Second, "the held step", func() bool {
+		st := cp.Server.Current().Fading["products"]
+		return len(st) == 4 && st[0].Share == curve.Share(fadein.StepTime(hold).Sub(start))
+	})
+
+	// Keys whose hash lies just before the held backend's first entry:
+	// they would be its keys if grpc-go gave it that entry.
+	first := ringhash.XXHash.AppendEntryHashes(nil, fmt.Sprintf("backend-%02d", held), 1)[0]
+	var probes []string
+	for i := 0; len(probes) < 8; i++ {
+		key := fmt.Sprintf("probe-%d", i)
+		if first-ringhash.HashKey(key) < 1<<44 {
+			probes = append(probes, key)
+		}
+	}
+	testcp.WaitFor(t, 20*time.Second, "grpc-go to route the probe keys as /debug/pick says", func() bool {
+		for _, key := range probes {
+			be, err := route(key)
+			if err != nil {
+				t.Fatalf("RPC for %s: %v", key, err)
+			}
+			if want := cp.Pick("products", key, "grpc"); be != want.Endpoint {
+				return false
+			}
+			if be == backends[held].Addr {
+				t.Fatalf("probe key %s reached the held backend %s", key, be)
+			}
+		}
+		return true
+	})
+
+	var mid map[string]string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mid, bad = sweep(t, cp, keys, route)
+		if bad == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mid-fade: %d/%d keys disagree with /debug/pick", bad, keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	isNew := map[string]bool{}
+	for _, be := range backends[8:] {
+		isNew[be.Addr] = true
+	}
+	onNew := map[string]int{}
+	for key, be := range mid {
+		switch {
+		case isNew[be]:
+			onNew[be]++
+		case be != before[key]:
+			t.Fatalf("key %s moved between old backends %s -> %s mid-fade", key, before[key], be)
+		}
+	}
+	if n := onNew[backends[held].Addr]; n != 0 {
+		t.Fatalf("the held backend %s (no ring entry) got %d keys", backends[held].Addr, n)
+	}
+
+	clk.Set(start.Add(7 * time.Second))
+	testcp.WaitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.Server.Current().Fading["products"]) == 0 })
+	var after map[string]string
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		after, bad = sweep(t, cp, keys, route)
+		if bad == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the fade: %d/%d keys disagree with /debug/pick", bad, keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	hops := 0
+	for key, be := range after {
+		if isNew[mid[key]] && !isNew[be] {
+			t.Fatalf("key %s warmed on new backend %s mid-fade but went back to old %s", key, mid[key], be)
+		}
+		if isNew[mid[key]] && be != mid[key] {
+			hops++
+		}
+		if !isNew[be] && be != before[key] {
+			t.Fatalf("key %s moved between old backends %s -> %s", key, before[key], be)
+		}
+	}
+	t.Logf("held %s at zero entries; mid-fade keys on new backends %v; %d keys passed between new backends", backends[held].Addr, onNew, hops)
+}
