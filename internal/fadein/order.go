@@ -33,10 +33,10 @@ type RampPlan struct {
 	// Next is the first step instant after the step at which a count
 	// changes or a fade ends; zero when nothing fades.
 	Next time.Time
-	// Gradual counts the scale-ups whose entries could not all appear in
-	// gap order without revealing most of them in one step, and were
-	// ordered to follow the curve instead, at the price of some keys
-	// hopping between their new endpoints.
+	// Gradual counts the starts whose entries could not all appear in gap
+	// order without revealing most of them in one step, and follow their
+	// own curves instead, at the price of some keys hopping between new
+	// endpoints.
 	Gradual int
 }
 
@@ -67,10 +67,11 @@ const always int64 = math.MinInt64
 // fading entries in an order that respects the partial order, choosing
 // among the entries that may come next the one the curve wants first, and
 // hands out each start's curve steps, sorted, along that order. The
-// endpoints of one start then follow the curve exactly in sum; single
-// endpoints run a little ahead of or behind it. A scale-up too large to
-// keep every constraint without bringing most of it in at one step keeps
-// the order but lets cycles break (RampPlan.Gradual).
+// endpoints of one start then follow the curve exactly in sum, while single
+// endpoints run ahead of or behind it. A scale-up too large to keep every
+// constraint without bringing most of it in at one step gives the order up:
+// each endpoint follows its own curve, waiting a little for entries ahead
+// of it, and some keys hop between new endpoints (RampPlan.Gradual).
 //
 // Endpoints start at different times (pods turn ready one by one), and an
 // entry that is in must never be taken back. PlanRamp therefore replays
@@ -84,6 +85,10 @@ const always int64 = math.MinInt64
 func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time) (RampPlan, error) {
 	return planRamp(eps, curve, hash, step, exactJumpLimit)
 }
+
+// gradualWait is how long, in a scale-up too large for exact gap order, an
+// entry may wait beyond its own curve step for an entry ahead of it.
+const gradualWait = 2 * StepInterval
 
 // exactJumpLimit is how many times the curve's largest step a scale-up may
 // bring in at one step to keep every entry in gap order.
@@ -447,17 +452,24 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		assign()
 		// Meeting every edge makes each cycle appear at once. Keep that
 		// unless it makes one step reveal more than jumpLimit times the
-		// curve's largest step: then the order above, which breaks the
-		// fewest keys' worth of edges it can, keeps the fade gradual.
-		raiseAlong(openIDs, func(v int32) []int32 { return succ[v] }, at)
+		// curve's largest step. Then the scale-up is too large to keep gap
+		// order and still ramp: every endpoint follows its own curve
+		// instead, waiting up to gradualWait for the entries ahead of it in
+		// its gap, and keys whose entry comes later hop between new
+		// endpoints. (Handing the steps out along the order above would
+		// keep the sum on the curve but let single endpoints wait to the
+		// last step and take all their keys at once.)
+		raiseAlong(openIDs, func(v int32) []int32 { return succ[v] }, at, nil)
 		if float64(largestStep(openIDs, at)) > jumpLimit*float64(curveLargest) {
-			assign()
-			raiseAlong(openIDs, func(v int32) []int32 {
-				if nodes[v].idx+1 < int32(len(appear[nodes[v].ep])) && state[v+1] == open {
-					return []int32{v + 1}
-				}
-				return nil
-			}, at)
+			for _, v := range openIDs {
+				*at(v) = max(curve[v], floor[v])
+			}
+			wait := int64(gradualWait)
+			raiseAlong(openIDs, func(v int32) []int32 { return succ[v] }, at, func(u, w int32) bool {
+				// Index order always holds; gap order while it keeps w
+				// within wait of its own curve.
+				return nodes[u].ep == nodes[w].ep || *at(u) <= max(curve[w], floor[w])+wait
+			})
 			if stats != nil {
 				stats.Gradual++
 			}
@@ -469,15 +481,15 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	}
 }
 
-// raiseAlong raises each entry to the entries it must follow (next),
-// until stable. Every change raises a step to another entry's step, so it
+// raiseAlong raises each entry to the entries it must follow (next, the
+// edges keep accepts at the time; all if keep is nil), until stable. Every change raises a step to another entry's step, so it
 // ends.
-func raiseAlong(ids []int32, next func(int32) []int32, at func(int32) *int64) {
+func raiseAlong(ids []int32, next func(int32) []int32, at func(int32) *int64, keep func(u, w int32) bool) {
 	for changed := true; changed; {
 		changed = false
 		for _, v := range ids {
 			for _, w := range next(v) {
-				if *at(v) > *at(w) {
+				if *at(v) > *at(w) && (keep == nil || keep(v, w)) {
 					*at(w), changed = *at(v), true
 				}
 			}

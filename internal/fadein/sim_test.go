@@ -29,9 +29,11 @@ import (
 //     against share(t); the mean absolute difference in percentage points.
 //   - maxstep_pp: the largest rise of that share in one step (the curve's
 //     own largest is its last step, 8.1 points at 30 steps).
+//   - podstep_pp: the same for the single new endpoint that jumps most: the
+//     largest share of its own final keys it gains in one step.
 
 type simResult struct {
-	precision, oldOld, flaps, moved, ideal, lag, jump float64
+	precision, oldOld, flaps, moved, ideal, lag, jump, podJump float64
 }
 
 const simKeys = 100_000
@@ -70,9 +72,17 @@ func simulate(old, add, steps int, share func(step int) float64, pick func(step 
 			toNew++
 		}
 	}
-	var lag, jump, servedBefore float64
+	var lag, jump, servedBefore, podJump float64
+	finalOf := map[int]int{} // keys each new endpoint owns at the end
+	for _, f := range final {
+		if f >= old {
+			finalOf[f]++
+		}
+	}
+	podBefore := map[int]int{}
 	for step := 1; step <= simSteps+1; step++ {
 		served := 0
+		podServed := map[int]int{}
 		for i, h := range keys {
 			p := final[i]
 			if step <= simSteps {
@@ -80,6 +90,7 @@ func simulate(old, add, steps int, share func(step int) float64, pick func(step 
 			}
 			if p >= old && p == final[i] {
 				served++
+				podServed[p]++
 			}
 			if p >= old {
 				seen[pair{i, p}] = true
@@ -101,6 +112,14 @@ func simulate(old, add, steps int, share func(step int) float64, pick func(step 
 		}
 		jump = max(jump, frac-servedBefore)
 		servedBefore = frac
+		for ep, n := range finalOf {
+			now := podServed[ep]
+			if step > simSteps {
+				now = n
+			}
+			podJump = max(podJump, float64(now-podBefore[ep])/float64(n))
+			podBefore[ep] = now
+		}
 		if step <= simSteps {
 			lag += math.Abs(frac - share(step))
 		}
@@ -119,6 +138,7 @@ func simulate(old, add, steps int, share func(step int) float64, pick func(step 
 		ideal:     100 * float64(add) / float64(old+add),
 		lag:       100 * lag / float64(simSteps),
 		jump:      100 * jump,
+		podJump:   100 * podJump,
 	}
 }
 
@@ -351,6 +371,7 @@ func BenchmarkFadeSimulation(b *testing.B) {
 				b.ReportMetric(r.ideal, "ideal_%")
 				b.ReportMetric(r.lag, "lag_pp")
 				b.ReportMetric(r.jump, "maxstep_pp")
+				b.ReportMetric(r.podJump, "podstep_pp")
 			})
 		}
 	}

@@ -139,7 +139,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 	}
 	p.next = plan.Next
 	if plan.Gradual > 0 {
-		p.notes = append(p.notes, fmt.Sprintf("fade-in: %d scale-up(s) too large to bring in entry by entry in ring order without revealing most of it at one step: ordered to follow the curve instead, so some keys pass between new endpoints before they settle", plan.Gradual))
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: %d scale-up(s) too large to bring in entry by entry in ring order without revealing most of it at one step: each new endpoint follows its own curve instead, so some keys pass between new endpoints before they settle", plan.Gradual))
 	}
 	for i, ep := range eps {
 		fe := fadeEndpoint{weight: ep.Weight, fading: plan.Fading[i], start: ep.FirstSeen}

@@ -16,7 +16,7 @@ import (
 // fade-in plan) does not depend on the ports the backends got.
 func batchYAML(backends []*testcp.Backend) string {
 	var b strings.Builder
-	b.WriteString("clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: 6s, exponent: 2.5, capacity: 16}\n    endpoints:\n")
+	b.WriteString("clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: 6s, exponent: 0.5, capacity: 16}\n    endpoints:\n")
 	for i, be := range testcp.Addrs(backends) {
 		host, port, _ := strings.Cut(be, ":")
 		fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%02d}\n", host, port, i)
@@ -60,7 +60,7 @@ func TestFadeBatchWithHeldEndpointGRPCAgrees(t *testing.T) {
 
 	// Find, with the server's own planner and inputs, a step at which a
 	// new backend is held at zero entries while another has some.
-	curve := fadein.Curve{Duration: 6 * time.Second, Exponent: 2.5}
+	curve := fadein.Curve{Duration: 6 * time.Second, Exponent: 0.5}
 	k, _ := fadein.LayoutEntriesPerWeight(12, 4096, 16)
 	eps := make([]fadein.RampEndpoint, 12)
 	for i := range eps {
