@@ -165,18 +165,24 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 		}
 	}
 
-	for _, ep := range eps {
+	for i, ep := range eps {
 		fe := p.byHostPort[ep.HostPort()]
 		if !fe.fading {
 			continue
 		}
+		var entries uint64
+		if p.layout {
+			entries = plan.Counts[i]
+		}
 		p.status = append(p.status, FadeStatus{
-			Endpoint: ep.HostPort(),
-			Start:    fe.start,
-			Duration: p.curve.Duration,
-			Exponent: p.curve.Exponent,
-			Share:    p.curve.Share(step.Sub(fe.start)),
-			Weight:   fe.weight,
+			Endpoint:     ep.HostPort(),
+			Start:        fe.start,
+			Duration:     p.curve.Duration,
+			Exponent:     p.curve.Exponent,
+			Share:        p.curve.Share(step.Sub(fe.start)),
+			Weight:       fe.weight,
+			Entries:      entries,
+			FinalEntries: fe.entries,
 		})
 	}
 	return p, nil

@@ -221,6 +221,15 @@ func checkEntries(t *testing.T, snap *Snapshot, c model.Cluster, now time.Time) 
 	if len(snap.Fading[c.Name]) != fading {
 		t.Fatalf("Fading lists %d endpoints, want %d", len(snap.Fading[c.Name]), fading)
 	}
+	held := map[string]uint64{}
+	for i, de := range d.Endpoints {
+		held[de.Addr] = counts[i]
+	}
+	for _, st := range snap.Fading[c.Name] {
+		if st.Entries != held[st.Endpoint] || st.FinalEntries != k {
+			t.Fatalf("status of %s: %d of %d entries, the ring has %d of %d", st.Endpoint, st.Entries, st.FinalEntries, held[st.Endpoint], k)
+		}
+	}
 }
 
 // TestFadeLayoutChangeIsConfinedToTheFirstStep: 100 -> 150 crosses 128, so

@@ -75,6 +75,12 @@ type FadeStatus struct {
 	Share float64 `json:"share"`
 	// Weight is the EDS weight published for this step.
 	Weight uint32 `json:"weight"`
+	// Entries and FinalEntries are, in a cluster laid out for fade-in, the
+	// ring entries the endpoint holds at this step and once its fade is
+	// over. Entries can trail Share: an endpoint waits, possibly at 0, for
+	// the entries ahead of its own in ring order (docs/fade-in.md).
+	Entries      uint64 `json:"entries,omitempty"`
+	FinalEntries uint64 `json:"final_entries,omitempty"`
 }
 
 // Build translates a normalized State (see model.State.Normalize) into the
