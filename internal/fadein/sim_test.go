@@ -43,8 +43,6 @@ var simCurve = Curve{Duration: 30 * time.Second, Exponent: 2.5}
 // simSteps is the number of fade steps: shares at 0 s, 1 s, ..., 29 s.
 const simSteps = 30
 
-func simShare(step int) float64 { return simCurve.Share(time.Duration(step) * time.Second) }
-
 // simulate runs pick over every step: 0 is the ring before the event, 1 to
 // steps the fade steps, steps+1 the ring after it. Endpoints 0..old-1 are
 // old; pick returns an index into all old+add endpoints. share(step) is the
