@@ -2,7 +2,6 @@ package fadein
 
 import (
 	"cmp"
-	"container/heap"
 	"fmt"
 	"math"
 	"slices"
@@ -65,7 +64,8 @@ const always int64 = math.MinInt64
 // but in a large batch the order chains most entries together and holds
 // them to the last step: the fade becomes a jump. PlanRamp instead puts the
 // fading entries in an order that respects the partial order, choosing
-// among the entries that may come next the one the curve wants first, and
+// among the entries that may come next one of the endpoint furthest behind
+// its own curve, and
 // hands out each start's curve steps, sorted, along that order. The
 // endpoints of one start then follow the curve exactly in sum, while single
 // endpoints run ahead of or behind it. A scale-up too large to keep every
@@ -376,9 +376,10 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		}
 
 		// An order that meets the constraints, taking among the entries
-		// that may come next the one the curve wants first; each start's
-		// sorted curve steps are handed out along it to its own entries,
-		// so every endpoint of a start keeps to that start's curve in sum.
+		// that may come next one of the endpoint furthest behind its own
+		// curve; each start's sorted curve steps are handed out along it to
+		// its own entries, so the endpoints of a start keep to that start's
+		// curve in sum.
 		less := func(a, b int32) bool { return *at(a) < *at(b) || (*at(a) == *at(b) && a < b) }
 		slots := map[int64][]int64{}
 		for _, v := range openIDs {
@@ -398,24 +399,52 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			}
 			return 0
 		})
-		ready := &nodeHeap{less: less}
+		// have[ep] counts the entries of ep in or ordered so far; taken[st]
+		// the slots of start st handed out so far.
+		have := make(map[int32]int, 8)
+		for v := range nodes {
+			if state[v] == fixed {
+				have[nodes[v].ep]++
+			}
+		}
+		taken := map[int64]int{}
+		// behind is how many entries ep's own curve has in by step at,
+		// less what ep has: the endpoint the next slot serves best.
+		behind := func(ep int32, at int64) int {
+			own := curve[base[ep]:base[ep+1]]
+			n, _ := slices.BinarySearch(own, at+1)
+			return n - have[ep]
+		}
+		var ready []int32
 		for _, v := range openIDs {
 			if indeg[v] == 0 {
-				heap.Push(ready, v)
+				ready = append(ready, v)
 			}
 		}
 		order := make([]int32, 0, len(openIDs))
 		for range openIDs {
-			var v int32
-			if ready.Len() > 0 {
-				v = heap.Pop(ready).(int32)
+			var v int32 = -1
+			if len(ready) > 0 {
+				// Among the entries that may come next, the one whose
+				// endpoint is furthest behind its own curve at the slot it
+				// would get; then the one the curve wants first.
+				pick, best := -1, 0
+				for i, u := range ready {
+					st := eps[nodes[u].ep].Start.UnixNano()
+					b := behind(nodes[u].ep, slots[st][taken[st]])
+					if pick < 0 || b > best || (b == best && less(u, ready[pick])) {
+						pick, best = i, b
+					}
+				}
+				v = ready[pick]
+				ready[pick] = ready[len(ready)-1]
+				ready = ready[:len(ready)-1]
 			} else {
 				// Only cycles are left (index order and gap order can
 				// loop). Take, among the entries whose lower index is in
 				// (index order must hold), the one whose early arrival
 				// costs the fewest keys: the smallest arcs of the entries
 				// still ahead of it.
-				v = -1
 				var best uint64
 				for _, u := range byCurve {
 					if done[u] || (nodes[u].idx > 0 && state[u-1] == open && !done[u-1]) {
@@ -434,9 +463,11 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			}
 			done[v] = true
 			order = append(order, v)
+			have[nodes[v].ep]++
+			taken[eps[nodes[v].ep].Start.UnixNano()]++
 			for _, w := range succ[v] {
 				if indeg[w]--; indeg[w] == 0 && !done[w] {
-					heap.Push(ready, w)
+					ready = append(ready, w)
 				}
 			}
 		}
@@ -509,20 +540,4 @@ func largestStep(ev []int32, at func(int32) *int64) int {
 		}
 	}
 	return most
-}
-
-// nodeHeap is a min-heap of entry ids.
-type nodeHeap struct {
-	ids  []int32
-	less func(a, b int32) bool
-}
-
-func (h *nodeHeap) Len() int           { return len(h.ids) }
-func (h *nodeHeap) Less(i, j int) bool { return h.less(h.ids[i], h.ids[j]) }
-func (h *nodeHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
-func (h *nodeHeap) Push(x any)         { h.ids = append(h.ids, x.(int32)) }
-func (h *nodeHeap) Pop() any {
-	x := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
-	return x
 }
