@@ -121,6 +121,10 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 			plan.Counts[i] = ep.Final
 		}
 	}
+	if !slices.Contains(plan.Fading, true) {
+		// A chain whose fades are all over is whole: nothing to replay.
+		return plan, nil
+	}
 	replayChain(eps, appear, curve, hash, jumpLimit, &plan)
 	if appear[0] != nil {
 		appear[0][0] = always
