@@ -280,3 +280,22 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlanRampLarge is a large cluster laid out at 4 entries per
+// endpoint: 1,000 endpoints, 100 of them turning ready 200 ms apart.
+func BenchmarkPlanRampLarge(b *testing.B) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	eps := make([]RampEndpoint, 1000)
+	for i := range eps {
+		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 4}
+		if i%10 == 3 {
+			eps[i].Start = t0.Add(time.Duration(i) * 20 * time.Millisecond)
+		}
+	}
+	for b.Loop() {
+		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(25*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
