@@ -2,6 +2,7 @@ package fadein
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"math"
 	"slices"
@@ -86,6 +87,10 @@ func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 	return planRamp(eps, curve, hash, step, exactJumpLimit)
 }
 
+// orderedRingLimit is the largest ring, in entries, whose fading entries
+// PlanRamp orders; 16 times grpc-go's default cap.
+const orderedRingLimit = 1 << 16
+
 // gradualWait is how long, in a scale-up too large for exact gap order, an
 // entry may wait beyond its own curve step for an entry ahead of it.
 const gradualWait = 2 * StepInterval
@@ -109,23 +114,36 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 	}
 
 	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
-	// is in the ring, for the endpoints of the current fade chain.
-	inChain := fadeChain(eps, curve)
+	// is in the ring, for the endpoints of the current fade chain. An
+	// endpoint whose start is still ahead (a clock ahead of ours) holds no
+	// entry and joins the chain when it starts.
+	started := func(ep RampEndpoint) bool { return !StepTime(ep.Start).After(step) }
+	inChain := fadeChain(eps, curve, started)
 	appear := make([][]int64, len(eps))
+	members := 0
 	for i, ep := range eps {
 		if inChain[i] {
 			appear[i] = curveSteps(ep.Final, ep.Start, curve)
+			members++
 		}
-		plan.Fading[i] = inChain[i] && curve.Share(step.Sub(ep.Start)) < 1
+		plan.Fading[i] = !ep.Start.IsZero() && ep.Final > 0 && curve.Share(step.Sub(ep.Start)) < 1
 		if !plan.Fading[i] {
 			plan.Counts[i] = ep.Final
 		}
 	}
-	if !slices.Contains(plan.Fading, true) {
+	switch {
+	case !slices.Contains(plan.Fading, true):
 		// A chain whose fades are all over is whole: nothing to replay.
 		return plan, nil
+	case members == 1:
+		// One endpoint alone: its curve is the plan.
+	case total > orderedRingLimit:
+		// Ordering hashes the whole ring at every step; past this size
+		// each endpoint follows its own curve.
+		plan.Gradual++
+	default:
+		replayChain(eps, appear, curve, hash, jumpLimit, &plan)
 	}
-	replayChain(eps, appear, curve, hash, jumpLimit, &plan)
 	if appear[0] != nil {
 		appear[0][0] = always
 	}
@@ -142,9 +160,16 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 			}
 			plan.Counts[i]++
 		}
-		if end := curve.EndStep(ep.Start); plan.Next.IsZero() || end.Before(plan.Next) {
-			plan.Next = end
+		next := curve.EndStep(ep.Start)
+		if appear[i] == nil {
+			next = StepTime(ep.Start) // not started: it joins then
 		}
+		if plan.Next.IsZero() || next.Before(plan.Next) {
+			plan.Next = next
+		}
+	}
+	if appear[0] == nil && plan.Fading[0] && plan.Counts[0] == 0 {
+		plan.Counts[0] = 1 // the walk's first endpoint always gets an entry
 	}
 	return plan, nil
 }
@@ -153,13 +178,14 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 // from the latest start back, every endpoint whose fade had not ended by
 // the first step of a later one in the chain. Earlier endpoints were fully
 // in the ring whenever a chain member started, so for the chain they are as
-// good as established. Membership depends on the starts alone, not on the
-// time, and a new start only joins a chain or begins a new one.
-func fadeChain(eps []RampEndpoint, curve Curve) []bool {
+// good as established. Only endpoints that have started count (started);
+// otherwise membership depends on the starts alone, not on the time, and a
+// new start only joins a chain or begins a new one.
+func fadeChain(eps []RampEndpoint, curve Curve, started func(RampEndpoint) bool) []bool {
 	in := make([]bool, len(eps))
 	var order []int
 	for i, ep := range eps {
-		if !ep.Start.IsZero() && ep.Final > 0 {
+		if !ep.Start.IsZero() && ep.Final > 0 && started(ep) {
 			order = append(order, i)
 		}
 	}
@@ -275,15 +301,19 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// change it, or they would change the plan made before them.
 	arc := make([]uint64, n)
 
-	// The chain's starts, in order.
-	var starts []int64
+	// The chain's starts, in order, by step: endpoints that start within
+	// one step are planned together (and, with freezeLag, whichever of
+	// them the control plane learns of first publishes nothing that a
+	// sibling's arrival takes back).
+	startStep := func(v int) int64 { return StepTime(eps[nodes[v].ep].Start).UnixNano() }
+	var steps []int64
 	for i := range eps {
 		if appear[i] != nil {
-			starts = append(starts, eps[i].Start.UnixNano())
+			steps = append(steps, StepTime(eps[i].Start).UnixNano())
 		}
 	}
-	slices.Sort(starts)
-	starts = slices.Compact(starts)
+	slices.Sort(steps)
+	steps = slices.Compact(steps)
 
 	const (
 		absent = iota // its endpoint starts later
@@ -299,17 +329,21 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// ahead holds, since the last entry that is in, the highest-index open
 	// entry of each endpoint met; gaps are short, so a slice beats a map.
 	var ahead []node
-	for _, start := range starts {
-		first := StepTime(time.Unix(0, start)).UnixNano()
+	for _, first := range steps {
 		frozenBy := first + int64(freezeLag)
 		var openIDs []int32
 		for v := range nodes {
-			st := eps[nodes[v].ep].Start.UnixNano()
+			st := startStep(v)
+			if st == first {
+				*at(int32(v)) = curve[v]
+			}
+			// Entries due within freezeLag of the start may be out before
+			// the control plane knows of every endpoint that started
+			// earlier; they are never planned again, the new endpoint's at
+			// their curve steps (its entry 0 at its first step).
 			switch {
-			case st > start:
+			case st > first:
 				state[v] = absent
-			case st == start:
-				state[v], floor[v] = open, first
 			case *at(int32(v)) <= frozenBy:
 				state[v] = fixed
 			default:
@@ -425,6 +459,29 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				ready = append(ready, v)
 			}
 		}
+		// For breaking cycles: pending[u] is the arc (>>16, so sums cannot
+		// overflow) of the entries still ahead of u; a candidate is an open
+		// entry whose lower index is in. The heap is lazy: stale items are
+		// skipped when popped.
+		rank := make(map[int32]int, len(byCurve))
+		for i, u := range byCurve {
+			rank[u] = i
+		}
+		pending := make(map[int32]uint64, len(openIDs))
+		for _, u := range openIDs {
+			for _, a := range pred[u] {
+				pending[u] += arc[a] >> 16
+			}
+		}
+		candidate := func(u int32) bool {
+			return !done[u] && (nodes[u].idx == 0 || state[u-1] != open || done[u-1])
+		}
+		breaks := &breakHeap{}
+		for _, u := range openIDs {
+			if candidate(u) {
+				heap.Push(breaks, breakItem{pending[u], rank[u], u})
+			}
+		}
 		order := make([]int32, 0, len(openIDs))
 		for range openIDs {
 			var v int32 = -1
@@ -449,19 +506,10 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				// (index order must hold), the one whose early arrival
 				// costs the fewest keys: the smallest arcs of the entries
 				// still ahead of it.
-				var best uint64
-				for _, u := range byCurve {
-					if done[u] || (nodes[u].idx > 0 && state[u-1] == open && !done[u-1]) {
-						continue
-					}
-					var cost uint64
-					for _, a := range pred[u] {
-						if !done[a] {
-							cost += arc[a] >> 16 // no overflow across 2^16 entries
-						}
-					}
-					if v < 0 || cost < best {
-						v, best = u, cost
+				for v < 0 {
+					it := heap.Pop(breaks).(breakItem)
+					if candidate(it.id) && it.pending == pending[it.id] {
+						v = it.id
 					}
 				}
 			}
@@ -472,6 +520,10 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			for _, w := range succ[v] {
 				if indeg[w]--; indeg[w] == 0 && !done[w] {
 					ready = append(ready, w)
+				}
+				pending[w] -= arc[v] >> 16
+				if candidate(w) {
+					heap.Push(breaks, breakItem{pending[w], rank[w], w})
 				}
 			}
 		}
@@ -544,4 +596,28 @@ func largestStep(ev []int32, at func(int32) *int64) int {
 		}
 	}
 	return most
+}
+
+// breakItem is a candidate for breaking a cycle in replayChain: fewest
+// pending keys first, then the curve's order.
+type breakItem struct {
+	pending uint64
+	rank    int
+	id      int32
+}
+
+// breakHeap is a min-heap of breakItems.
+type breakHeap []breakItem
+
+func (h breakHeap) Len() int { return len(h) }
+func (h breakHeap) Less(i, j int) bool {
+	return h[i].pending < h[j].pending || (h[i].pending == h[j].pending && h[i].rank < h[j].rank)
+}
+func (h breakHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *breakHeap) Push(x any)   { *h = append(*h, x.(breakItem)) }
+func (h *breakHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

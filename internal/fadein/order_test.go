@@ -44,7 +44,7 @@ func TestRampScaleUps(t *testing.T) {
 		wantPrecision float64
 	}{
 		{10, 1, 0, 100},
-		{100, 10, 0, 100},
+		{100, 10, 0, 99.5}, // entry 0 of each is in from its first step; keys ahead of it may hop
 		{100, 50, 256, 85}, // too large for gap order: each endpoint on its curve, some keys hop
 	} {
 		t.Run(fmt.Sprintf("%d+%d", tc.old, tc.add), func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestRampScaleUps(t *testing.T) {
 			if r.jump > 20 {
 				t.Fatalf("one step brought in %.1f%% of the new endpoints' keys; the fade is a jump", r.jump)
 			}
-			if tc.wantPrecision < 100 && r.podJump > 50 {
+			if tc.wantPrecision < 90 && r.podJump > 50 {
 				t.Fatalf("one endpoint took %.1f%% of its keys in one step; a large scale-up should keep each endpoint near its curve", r.podJump)
 			}
 			t.Logf("precision %.2f%%, moved %.2f%% (ideal %.2f%%), lag %.2f points, largest step %.1f points (one endpoint: %.1f)", r.precision, r.moved, r.ideal, r.lag, r.jump, r.podJump)
@@ -88,19 +88,21 @@ func TestStaggeredScaleUpKeepsToTheGoals(t *testing.T) {
 }
 
 // TestExactOrderIsAJumpForLargeScaleUps pins why PlanRamp gives up gap
-// order for large scale-ups: keeping every entry in order at 100 -> 150
-// does reach 100% precision, but brings in most of the new endpoints' keys
-// at one step.
+// order for large scale-ups: keeping it at 100 -> 150 warms fewer wrong
+// keys than each endpoint on its own curve, but brings in most of the new
+// endpoints' keys at one step.
 func TestExactOrderIsAJumpForLargeScaleUps(t *testing.T) {
 	sc := simSpec{old: 100, add: 50, capacity: 256}
-	r := simulate(sc.old, sc.add, sc.steps(), sc.share, fadeSchemes(t, sc)["ringxds-ramp-exact"])
-	if r.precision != 100 || r.oldOld != 0 || r.flaps != 0 {
-		t.Fatalf("exact order: precision %.2f%%, old-old %.3f%%, flaps %.4f; want 100, 0, 0", r.precision, r.oldOld, r.flaps)
+	schemes := fadeSchemes(t, sc)
+	exact := simulate(sc.old, sc.add, sc.steps(), sc.share, schemes["ringxds-ramp-exact"])
+	ramp := simulate(sc.old, sc.add, sc.steps(), sc.share, schemes["ringxds-ramp"])
+	if exact.oldOld != 0 || exact.flaps != 0 || exact.precision <= ramp.precision {
+		t.Fatalf("exact order: precision %.2f%% (own curves %.2f%%), old-old %.3f%%, flaps %.4f", exact.precision, ramp.precision, exact.oldOld, exact.flaps)
 	}
-	if r.jump < 50 {
-		t.Fatalf("exact order brought in at most %.1f%% at one step; the gradual fallback would be needless", r.jump)
+	if exact.jump < 50 {
+		t.Fatalf("exact order brought in at most %.1f%% at one step; the fallback would be needless", exact.jump)
 	}
-	t.Logf("exact order: largest step %.1f points, lag %.1f points", r.jump, r.lag)
+	t.Logf("exact order: precision %.2f%%, largest step %.1f points; own curves: %.2f%%, %.1f points", exact.precision, exact.jump, ramp.precision, ramp.jump)
 }
 
 // TestPlanRampBatchNeverAheadOfTheCurve: at every step the fading
@@ -227,20 +229,25 @@ func BenchmarkPlanRampStaggered(b *testing.B) {
 }
 
 // TestPlanRampNeverTakesBackAnEntry: random scale-ups whose endpoints start
-// at random times, each joining the plan only once it has started (or up to
-// a second later, as a control plane may learn of it late). From step to
-// step no endpoint ever holds fewer entries than before.
+// at random times, each joining the plan only once the control plane learns
+// of it, up to 2 s (freezeLag) after its start, so endpoints may also become
+// known out of start order; new endpoints' keys often sort before the old
+// ones, so the walk's first endpoint changes too. From step to step no
+// endpoint ever holds fewer entries than before.
 func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	curve := Curve{Duration: 20 * time.Second, Exponent: 2.5}
 	t0 := time.Unix(1_780_000_000, 0)
-	for sc := range 30 {
+	for sc := range 40 {
 		old, add := 10+rng.IntN(60), 2+rng.IntN(30)
 		final := uint64(4096 / 128)
 		eps := make([]RampEndpoint, old+add)
 		known := make([]time.Time, old+add) // when the control plane learns of it
 		for i := range eps {
-			eps[i] = RampEndpoint{Key: fmt.Sprintf("10.2.%d.%d:80", i/200, i%200+1), Final: final}
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("m-%03d", i), Final: final}
+			if i >= old {
+				eps[i].Key = fmt.Sprintf("%c-%03d", 'a'+rng.IntN(26), i)
+			}
 			switch {
 			case i >= old && sc%2 == 0:
 				// Pods one by one.
@@ -253,7 +260,7 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 				}
 			}
 			if i >= old {
-				known[i] = eps[i].Start.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+				known[i] = eps[i].Start.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
 			}
 		}
 		prev := map[string]uint64{}
