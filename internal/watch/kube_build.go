@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -154,7 +155,9 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 				known[hp] = first
 			}
 			if !first.IsZero() && c.FadeIn != nil {
-				if end := first.Add(c.FadeIn.Duration); end.After(fadesEnd) {
+				// The step at which the fade is over, as the snapshot
+				// sees it, not the instant: until then it still ramps.
+				if end := (fadein.Curve{Duration: c.FadeIn.Duration}).EndStep(first); end.After(fadesEnd) {
 					fadesEnd = end
 				}
 			}
