@@ -193,39 +193,15 @@ func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
 // BenchmarkPlanRamp is the planning cost of one fade step, paid once a
 // second per fading cluster: 100 endpoints at 32 entries plus 10 fading.
 func BenchmarkPlanRamp(b *testing.B) {
-	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
-	t0 := time.Unix(1_780_000_000, 0)
-	eps := make([]RampEndpoint, 110)
-	for i := range eps {
-		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 32}
-		if i%11 == 3 {
-			eps[i].Start = t0
-		}
-	}
-	for b.Loop() {
-		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(12*time.Second)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchPlanRamp(b, 110, 32, 12*time.Second, func(i int) (time.Duration, bool) { return 0, i%11 == 3 })
 }
 
 // BenchmarkPlanRampStaggered is the same for a Kubernetes-style scale-up:
 // 50 endpoints turning ready half a second apart, each its own start.
 func BenchmarkPlanRampStaggered(b *testing.B) {
-	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
-	t0 := time.Unix(1_780_000_000, 0)
-	eps := make([]RampEndpoint, 150)
-	for i := range eps {
-		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 16}
-		if i%3 == 2 {
-			eps[i].Start = t0.Add(time.Duration(i) * 167 * time.Millisecond)
-		}
-	}
-	for b.Loop() {
-		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(20*time.Second)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchPlanRamp(b, 150, 16, 20*time.Second, func(i int) (time.Duration, bool) {
+		return time.Duration(i) * 167 * time.Millisecond, i%3 == 2
+	})
 }
 
 // TestPlanRampNeverTakesBackAnEntry: random scale-ups whose endpoints start
@@ -291,17 +267,25 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 // BenchmarkPlanRampLarge is a large cluster laid out at 4 entries per
 // endpoint: 1,000 endpoints, 100 of them turning ready 200 ms apart.
 func BenchmarkPlanRampLarge(b *testing.B) {
+	benchPlanRamp(b, 1000, 4, 25*time.Second, func(i int) (time.Duration, bool) {
+		return time.Duration(i) * 20 * time.Millisecond, i%10 == 3
+	})
+}
+
+// benchPlanRamp plans the step at `at` into a fade of n endpoints of final
+// entries each, endpoint i fading from t0 + its offset when fading says so.
+func benchPlanRamp(b *testing.B, n int, final uint64, at time.Duration, fading func(i int) (time.Duration, bool)) {
 	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
 	t0 := time.Unix(1_780_000_000, 0)
-	eps := make([]RampEndpoint, 1000)
+	eps := make([]RampEndpoint, n)
 	for i := range eps {
-		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 4}
-		if i%10 == 3 {
-			eps[i].Start = t0.Add(time.Duration(i) * 20 * time.Millisecond)
+		eps[i] = RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: final}
+		if offset, ok := fading(i); ok {
+			eps[i].Start = t0.Add(offset)
 		}
 	}
 	for b.Loop() {
-		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(25*time.Second)); err != nil {
+		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(at)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -116,18 +116,7 @@ func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
 		return true
 	})
 
-	var mid map[string]string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mid, bad = sweep(t, cp, keys, route)
-		if bad == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mid-fade: %d/%d keys disagree with /debug/pick", bad, keys)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	mid := sweepAgreed(t, cp, keys, route, "mid-fade")
 	isNew := map[string]bool{}
 	for _, be := range backends[8:] {
 		isNew[be.Addr] = true
@@ -144,18 +133,7 @@ func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
 
 	clk.Set(start.Add(7 * time.Second))
 	testcp.WaitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.Server.Current().Fading["products"]) == 0 })
-	var after map[string]string
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		after, bad = sweep(t, cp, keys, route)
-		if bad == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the fade: %d/%d keys disagree with /debug/pick", bad, keys)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	after := sweepAgreed(t, cp, keys, route, "after the fade")
 	hops := 0
 	for key, be := range after {
 		if isNew[mid[key]] && !isNew[be] {

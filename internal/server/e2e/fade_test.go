@@ -57,6 +57,23 @@ func sweep(t *testing.T, cp *testcp.ControlPlane, keys int, route func(string) (
 	return got, bad
 }
 
+// sweepAgreed sweeps until grpc-go routes every key where /debug/pick says,
+// for up to 20 s (the client may still be applying a step's CDS and EDS).
+func sweepAgreed(t *testing.T, cp *testcp.ControlPlane, keys int, route func(string) (string, error), when string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, bad := sweep(t, cp, keys, route)
+		if bad == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d/%d keys disagree with /debug/pick", when, bad, keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestFadeGRPCAgreesWithDebugPickMidFade holds a fade at a step partway
 // through and checks that grpc-go's own xDS client and ring_hash balancer
 // route 1000 keys exactly where /debug/pick says, that the new backend
@@ -96,19 +113,7 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 		return len(st) == 1 && st[0].Share >= 0.25 && st[0].Share < 0.5
 	})
 
-	var mid map[string]string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mid, bad = sweep(t, cp, keys, route)
-		if bad == 0 {
-			break
-		}
-		// grpc-go may still be applying the step's CDS and EDS.
-		if time.Now().After(deadline) {
-			t.Fatalf("mid-fade: %d/%d keys disagree with /debug/pick", bad, keys)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	mid := sweepAgreed(t, cp, keys, route, "mid-fade")
 	newAddr := backends[10].Addr
 	onNew := 0
 	for key, be := range mid {
@@ -123,18 +128,7 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 	// End the fade: every key the new backend took mid-fade stays there.
 	clk.Set(start.Add(7 * time.Second))
 	testcp.WaitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.Server.Current().Fading["products"]) == 0 })
-	var after map[string]string
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		after, bad = sweep(t, cp, keys, route)
-		if bad == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the fade: %d/%d keys disagree with /debug/pick", bad, keys)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	after := sweepAgreed(t, cp, keys, route, "after the fade")
 	final := 0
 	for key, be := range after {
 		if mid[key] == newAddr && be != newAddr {
