@@ -45,7 +45,8 @@ const always int64 = math.MinInt64
 
 // PlanRamp decides how many ring entries each endpoint of a laid-out
 // ring_hash cluster holds at step (rounded down to the step grid). eps must
-// be in the order Envoy and grpc-go walk them, sorted by ring key.
+// be in the order Envoy and grpc-go walk them, sorted by ring key; maxRing
+// is the cluster's maximum_ring_size.
 //
 // An endpoint holding c entries holds its first c entry hashes, so a
 // fading endpoint gains entries in index order. For one new endpoint the
@@ -83,12 +84,13 @@ const always int64 = math.MinInt64
 // agree, and no later start changes an entry that was in. The walk's first
 // endpoint must hold an entry (ExactWeights), so its entry 0 is always in.
 // An entry never appears after its endpoint's fade ends.
-func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time) (RampPlan, error) {
-	return planRamp(eps, curve, hash, step, exactJumpLimit)
+func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time) (RampPlan, error) {
+	return planRamp(eps, curve, hash, maxRing, step, exactJumpLimit)
 }
 
-// orderedRingLimit is the largest ring, in entries, whose fading entries
-// PlanRamp orders; 16 times grpc-go's default cap.
+// orderedRingLimit is the largest maximum ring size, in entries, of a
+// cluster whose fading entries PlanRamp orders; 16 times grpc-go's default
+// cap.
 const orderedRingLimit = 1 << 16
 
 // gradualWait is how long, in a scale-up too large for exact gap order, an
@@ -101,7 +103,7 @@ const exactJumpLimit = 2
 
 // planRamp is PlanRamp with the limit as a parameter; the fade-in
 // simulation also runs it with no limit, to show what exact order costs.
-func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step time.Time, jumpLimit float64) (RampPlan, error) {
+func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
 	step = StepTime(step)
 	stepAt := step.UnixNano()
 	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
@@ -137,12 +139,14 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 		return plan, nil
 	case members == 1:
 		// One endpoint alone: its curve is the plan.
-	case total > orderedRingLimit:
-		// Ordering hashes the whole ring at every step; past this size
-		// each endpoint follows its own curve.
+	case maxRing > orderedRingLimit:
+		// Ordering hashes the whole ring at every step; a cluster whose
+		// rings may grow past this size is not ordered, at any size, so
+		// the choice never changes mid-fade: each endpoint follows its
+		// own curve.
 		plan.Gradual++
 	default:
-		replayChain(eps, appear, curve, hash, jumpLimit, &plan)
+		replayChain(eps, appear, curve, hash, started, jumpLimit, &plan)
 	}
 	if appear[0] != nil {
 		appear[0][0] = always
@@ -168,8 +172,13 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, step 
 			plan.Next = next
 		}
 	}
-	if appear[0] == nil && plan.Fading[0] && plan.Counts[0] == 0 {
-		plan.Counts[0] = 1 // the walk's first endpoint always gets an entry
+	for i := range eps {
+		if appear[i] == nil && plan.Fading[i] {
+			// Not started yet, but in EDS: it holds entry 0, as it will
+			// from its start on (the walk's first endpoint has to, and
+			// none may lose it when another one sorts first).
+			plan.Counts[i] = 1
+		}
 	}
 	return plan, nil
 }
@@ -234,21 +243,22 @@ type node struct {
 	ep, idx int32
 }
 
-// freezeLag is how long after a start PlanRamp assumes the control plane may
-// take to learn of it: entries of earlier endpoints that are in by then are
+// FreezeLag is how long after a start PlanRamp assumes the control plane
+// takes at most to learn of it (a source that learns later should report a
+// start no earlier than FreezeLag before it learned): entries of earlier endpoints that are in by then are
 // never planned again, so nothing published before the new endpoint was
 // known is taken back.
-const freezeLag = 2 * StepInterval
+const FreezeLag = 2 * StepInterval
 
 // replayChain rewrites appear, the curve steps of the chain's entries, into
 // their schedule. It replays the chain's starts in order: at each start,
-// the entries already in (by the schedule so far, allowing freezeLag) stay,
+// the entries already in (by the schedule so far, allowing FreezeLag) stay,
 // and the rest, the new endpoints' and the earlier ones' still missing, are
 // planned together as PlanRamp describes, between the entries that are in.
 // Replaying from the starts rather than remembering makes the schedule a
 // function of the endpoints alone, and one that a later start never changes
 // for entries already in.
-func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash ringhash.HashFunction, jumpLimit float64, stats *RampPlan) {
+func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash ringhash.HashFunction, started func(RampEndpoint) bool, jumpLimit float64, stats *RampPlan) {
 	base := make([]int, len(eps)+1)
 	for i := range eps {
 		base[i+1] = base[i] + len(appear[i])
@@ -285,6 +295,9 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	var ring []entry
 	var hashes []uint64
 	for i, ep := range eps {
+		if !ep.Start.IsZero() && !started(ep) {
+			continue // not in the ring the replay looks at until it starts
+		}
 		hashes = hash.AppendEntryHashes(hashes[:0], ep.Key, ep.Final)
 		for j, h := range hashes {
 			e := entry{pos: h, node: node{int32(i), -1}}
@@ -302,7 +315,7 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	arc := make([]uint64, n)
 
 	// The chain's starts, in order, by step: endpoints that start within
-	// one step are planned together (and, with freezeLag, whichever of
+	// one step are planned together (and, with FreezeLag, whichever of
 	// them the control plane learns of first publishes nothing that a
 	// sibling's arrival takes back).
 	startStep := func(v int) int64 { return StepTime(eps[nodes[v].ep].Start).UnixNano() }
@@ -330,14 +343,14 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// entry of each endpoint met; gaps are short, so a slice beats a map.
 	var ahead []node
 	for _, first := range steps {
-		frozenBy := first + int64(freezeLag)
+		frozenBy := first + int64(FreezeLag)
 		var openIDs []int32
 		for v := range nodes {
 			st := startStep(v)
 			if st == first {
 				*at(int32(v)) = curve[v]
 			}
-			// Entries due within freezeLag of the start may be out before
+			// Entries due within FreezeLag of the start may be out before
 			// the control plane knows of every endpoint that started
 			// earlier; they are never planned again, the new endpoint's at
 			// their curve steps (its entry 0 at its first step).

@@ -123,7 +123,7 @@ func TestPlanRampBatchNeverAheadOfTheCurve(t *testing.T) {
 		prev := make([]uint64, len(eps))
 		for s := 0; ; s++ {
 			now := t0.Add(time.Duration(s) * time.Second)
-			plan, err := PlanRamp(eps, curve, ringhash.XXHash, now)
+			plan, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +170,7 @@ func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
 		eps[i].Start = t0
 	}
 	mid := t0.Add(12 * time.Second)
-	alone, err := PlanRamp(eps, curve, ringhash.XXHash, mid)
+	alone, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, mid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestPlanRampOlderFadeIsNeverHeldBack(t *testing.T) {
 		eps[i].Start = mid
 	}
 	for s := mid; s.Before(t0.Add(31 * time.Second)); s = s.Add(time.Second) {
-		both, err := PlanRamp(eps, curve, ringhash.XXHash, s)
+		both, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,8 +208,10 @@ func BenchmarkPlanRampStaggered(b *testing.B) {
 // at random times, each joining the plan only once the control plane learns
 // of it, up to 2 s (freezeLag) after its start, so endpoints may also become
 // known out of start order; new endpoints' keys often sort before the old
-// ones, so the walk's first endpoint changes too. From step to step no
-// endpoint ever holds fewer entries than before.
+// ones, so the walk's first endpoint changes too; weights differ, and some
+// endpoints are known up to 10 s before their start (a clock ahead of
+// ours). From step to step no endpoint ever holds fewer entries than
+// before.
 func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	curve := Curve{Duration: 20 * time.Second, Exponent: 2.5}
@@ -220,7 +222,7 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 		eps := make([]RampEndpoint, old+add)
 		known := make([]time.Time, old+add) // when the control plane learns of it
 		for i := range eps {
-			eps[i] = RampEndpoint{Key: fmt.Sprintf("m-%03d", i), Final: final}
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("m-%03d", i), Final: final * uint64(1+rng.IntN(3))}
 			if i >= old {
 				eps[i].Key = fmt.Sprintf("%c-%03d", 'a'+rng.IntN(26), i)
 			}
@@ -237,6 +239,9 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 			}
 			if i >= old {
 				known[i] = eps[i].Start.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+				if rng.IntN(8) == 0 {
+					known[i] = eps[i].Start.Add(-time.Duration(rng.IntN(10000)) * time.Millisecond)
+				}
 			}
 		}
 		prev := map[string]uint64{}
@@ -250,7 +255,7 @@ func TestPlanRampNeverTakesBackAnEntry(t *testing.T) {
 			}
 			// Walk order, as the control plane publishes it.
 			slices.SortFunc(cur, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
-			plan, err := PlanRamp(cur, curve, ringhash.XXHash, now)
+			plan, err := PlanRamp(cur, curve, ringhash.XXHash, 4096, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,8 +290,54 @@ func benchPlanRamp(b *testing.B, n int, final uint64, at time.Duration, fading f
 		}
 	}
 	for b.Loop() {
-		if _, err := PlanRamp(eps, curve, ringhash.XXHash, t0.Add(at)); err != nil {
+		if _, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, t0.Add(at)); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestPlanRampIgnoresEndpointsNotStarted: an endpoint known before its
+// start (a clock ahead of ours) holds its entry 0 and nothing else, and
+// changes nothing for the endpoints already fading: learning of it must
+// not take back any of their entries.
+func TestPlanRampIgnoresEndpointsNotStarted(t *testing.T) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	var eps []RampEndpoint
+	for i := 1; i <= 20; i++ {
+		eps = append(eps, RampEndpoint{Key: fmt.Sprintf("10.0.0.%d:80", i), Final: 16})
+	}
+	for i := 15; i <= 17; i++ {
+		eps = append(eps, RampEndpoint{Key: fmt.Sprintf("10.0.1.%d:80", i), Final: 16, Start: t0})
+	}
+	early := RampEndpoint{Key: "10.0.2.5:80", Final: 16, Start: t0.Add(40 * time.Second)}
+	sorted := func(eps []RampEndpoint) []RampEndpoint {
+		eps = slices.Clone(eps)
+		slices.SortFunc(eps, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+		return eps
+	}
+	for s := 1; s <= 35; s++ {
+		now := t0.Add(time.Duration(s) * time.Second)
+		without, err := PlanRamp(sorted(eps), curve, ringhash.XXHash, 4096, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withEarly := sorted(append(slices.Clone(eps), early))
+		with, err := PlanRamp(withEarly, curve, ringhash.XXHash, 4096, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint64{}
+		for i, ep := range withEarly {
+			got[ep.Key] = with.Counts[i]
+		}
+		for i, ep := range sorted(eps) {
+			if got[ep.Key] != without.Counts[i] {
+				t.Fatalf("at %ds %s holds %d entries with the early endpoint known, %d without", s, ep.Key, got[ep.Key], without.Counts[i])
+			}
+		}
+		if got[early.Key] != 1 {
+			t.Fatalf("at %ds the endpoint not started holds %d entries, want 1", s, got[early.Key])
 		}
 	}
 }

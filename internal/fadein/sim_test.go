@@ -244,7 +244,7 @@ func fadeSchemes(tb testing.TB, sc simSpec) map[string]func(step, key int, h uin
 			for k, i := range in {
 				cur[k] = rampEps[i]
 			}
-			plan, err := planRamp(cur, simCurve, ringhash.XXHash, t0.Add(time.Duration(step-1)*time.Second), jumpLimit)
+			plan, err := planRamp(cur, simCurve, ringhash.XXHash, 4096, t0.Add(time.Duration(step-1)*time.Second), jumpLimit)
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -121,7 +121,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 			ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
 		}
 		var err error
-		if plan, err = fadein.PlanRamp(ramp, p.curve, ringhash.XXHash, step); err != nil {
+		if plan, err = fadein.PlanRamp(ramp, p.curve, ringhash.XXHash, c.MaxRingSize, step); err != nil {
 			return nil, fmt.Errorf("fade-in plan: %w", err)
 		}
 	} else {

@@ -183,7 +183,7 @@ func checkEntries(t *testing.T, snap *Snapshot, c model.Cluster, now time.Time) 
 	for i, de := range d.Endpoints {
 		ramp[i] = fadein.RampEndpoint{Key: de.Addr, Final: k, Start: byAddr[de.Addr].FirstSeen}
 	}
-	plan, err := fadein.PlanRamp(ramp, curve, ringhash.XXHash, now)
+	plan, err := fadein.PlanRamp(ramp, curve, ringhash.XXHash, c.MaxRingSize, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,17 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 				// established; later arrivals fade in from the time
 				// Kubernetes recorded for their slice change.
 				if served && c.FadeIn != nil {
+					// The fade-in plan trusts that a start is learned
+					// within fadein.FreezeLag and is not ahead of the
+					// clock; a slice change seen later, or stamped by a
+					// clock ahead of ours, is moved into that window.
 					first = e.changed
+					if earliest := now.Add(-fadein.FreezeLag); first.Before(earliest) {
+						first = earliest
+					}
+					if first.After(now) {
+						first = now
+					}
 				}
 				known[hp] = first
 			}

@@ -72,7 +72,7 @@ func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
 	held, heldEntry := -1, uint64(0)
 	for m := 0; m <= 6 && held < 0; m++ {
 		at := fadein.StepTime(start).Add(time.Duration(m)*time.Second + 500*time.Millisecond)
-		plan, err := fadein.PlanRamp(eps, curve, ringhash.XXHash, at)
+		plan, err := fadein.PlanRamp(eps, curve, ringhash.XXHash, 4096, at)
 		if err != nil {
 			t.Fatal(err)
 		}
