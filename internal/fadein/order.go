@@ -117,8 +117,8 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRi
 
 	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
 	// is in the ring, for the endpoints of the current fade chain. An
-	// endpoint whose start is still ahead (a clock ahead of ours) holds no
-	// entry and joins the chain when it starts.
+	// endpoint whose start is still ahead (a clock ahead of ours) holds
+	// only entry 0 and joins the chain when it starts.
 	started := func(ep RampEndpoint) bool { return !StepTime(ep.Start).After(step) }
 	inChain := fadeChain(eps, curve, started)
 	appear := make([][]int64, len(eps))
