@@ -402,6 +402,34 @@ func TestMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The EDS ACK is counted just after the ring it carries goes live, so
+	// the calls above can finish first: wait for it, boundedly.
+	var got map[string]float64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got = gatherMetrics(t, reg)
+		if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for name, want := range map[string]float64{
+		"ringxds_clientlib_xds_connected":                             1,
+		"ringxds_clientlib_calls_total,cluster=products,result=ok":    20,
+		"ringxds_clientlib_walk_distance,cluster=products":            20,
+		"ringxds_clientlib_endpoints,cluster=products,state=all":      5,
+		"ringxds_clientlib_xds_responses_total,outcome=nack,type=cds": 0,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] < 1 {
+		t.Errorf("no EDS ACK counted: %v", got)
+	}
+}
+
+// gatherMetrics flattens reg into "name,label=value,..." -> value.
+func gatherMetrics(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -423,18 +451,5 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	for name, want := range map[string]float64{
-		"ringxds_clientlib_xds_connected":                             1,
-		"ringxds_clientlib_calls_total,cluster=products,result=ok":    20,
-		"ringxds_clientlib_walk_distance,cluster=products":            20,
-		"ringxds_clientlib_endpoints,cluster=products,state=all":      5,
-		"ringxds_clientlib_xds_responses_total,outcome=nack,type=cds": 0,
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %v, want %v", name, got[name], want)
-		}
-	}
-	if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] < 1 {
-		t.Errorf("no EDS ACK counted: %v", got)
-	}
+	return got
 }
