@@ -74,6 +74,27 @@ func sweepAgreed(t *testing.T, cp *testcp.ControlPlane, keys int, route func(str
 	}
 }
 
+// newOnly checks the fade-in promise between two sweeps of the same keys:
+// a key on an old backend in now is where it was in before (no move
+// between old backends), and a key that was on a new backend is still on
+// a new one (never back to an old one). It returns the keys per new
+// backend in now.
+func newOnly(t *testing.T, when string, before, now map[string]string, isNew func(string) bool) map[string]int {
+	t.Helper()
+	onNew := map[string]int{}
+	for key, be := range now {
+		switch {
+		case isNew(be):
+			onNew[be]++
+		case isNew(before[key]):
+			t.Fatalf("%s: key %s went back from new backend %s to old %s", when, key, before[key], be)
+		case be != before[key]:
+			t.Fatalf("%s: key %s moved between old backends %s -> %s", when, key, before[key], be)
+		}
+	}
+	return onNew
+}
+
 // TestFadeGRPCAgreesWithDebugPickMidFade holds a fade at a step partway
 // through and checks that grpc-go's own xDS client and ring_hash balancer
 // route 1000 keys exactly where /debug/pick says, that the new backend
@@ -115,32 +136,15 @@ func TestFadeGRPCAgreesWithDebugPickMidFade(t *testing.T) {
 
 	mid := sweepAgreed(t, cp, keys, route, "mid-fade")
 	newAddr := backends[10].Addr
-	onNew := 0
-	for key, be := range mid {
-		switch {
-		case be == newAddr:
-			onNew++
-		case be != before[key]:
-			t.Fatalf("key %s moved between old backends %s -> %s mid-fade", key, before[key], be)
-		}
-	}
+	isNew := func(be string) bool { return be == newAddr }
+	onNew := newOnly(t, "mid-fade", before, mid, isNew)[newAddr]
 
 	// End the fade: every key the new backend took mid-fade stays there.
 	clk.Set(start.Add(7 * time.Second))
 	testcp.WaitFor(t, 5*time.Second, "the fade to end", func() bool { return len(cp.Server.Current().Fading["products"]) == 0 })
 	after := sweepAgreed(t, cp, keys, route, "after the fade")
-	final := 0
-	for key, be := range after {
-		if mid[key] == newAddr && be != newAddr {
-			t.Fatalf("key %s warmed on the new backend mid-fade but ends on %s", key, be)
-		}
-		if be == newAddr {
-			final++
-		}
-		if be != newAddr && be != before[key] {
-			t.Fatalf("key %s moved between old backends %s -> %s", key, before[key], be)
-		}
-	}
+	newOnly(t, "after the fade", mid, after, isNew)
+	final := newOnly(t, "over the fade", before, after, isNew)[newAddr]
 	t.Logf("mid-fade: 1000/1000 keys agree with /debug/pick; new backend holds %d keys mid-fade, %d after", onNew, final)
 	if onNew == 0 || onNew >= final {
 		t.Fatalf("new backend holds %d keys mid-fade and %d after; want a partial share", onNew, final)
