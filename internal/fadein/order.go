@@ -22,11 +22,17 @@ type RampEndpoint struct {
 	// Start is when the endpoint started fading in; the zero time marks an
 	// established endpoint.
 	Start time.Time
+	// Gone, when set, marks an endpoint that left the cluster during the
+	// fade (model.Departure), and when. It holds no entry, but the replay
+	// keeps it in the ring until then, so that what was planned while it
+	// was there stands.
+	Gone time.Time
 }
 
 // RampPlan is one fade step of a laid-out ring_hash cluster.
 type RampPlan struct {
-	// Counts is each endpoint's ring entry count at the step, in input order.
+	// Counts is each endpoint's ring entry count at the step, in input
+	// order; 0 for endpoints that are gone.
 	Counts []uint64
 	// Fading reports, per endpoint, whether it is still fading at the step.
 	Fading []bool
@@ -81,9 +87,12 @@ const always int64 = math.MinInt64
 // start, the entries already in stay, and the missing ones of earlier
 // endpoints are planned again together with the new endpoint's. The result
 // depends only on the endpoints, their starts and the step, so replicas
-// agree, and no later start changes an entry that was in. The walk's first
-// endpoint must hold an entry (ExactWeights), so its entry 0 is always in.
-// An entry never appears after its endpoint's fade ends.
+// agree, and no later start changes an entry that was in. Endpoints that
+// left during the chain are replayed too, in the ring until they left
+// (RampEndpoint.Gone): a removal is an event like a start, and what was in
+// by then stays. The walk's first endpoint that is not gone must hold an
+// entry (ExactWeights), so its entry 0 is always in. An entry never appears
+// after its endpoint's fade ends.
 func PlanRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time) (RampPlan, error) {
 	return planRamp(eps, curve, hash, maxRing, step, exactJumpLimit)
 }
@@ -109,6 +118,9 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRi
 	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
 	var total uint64
 	for _, ep := range eps {
+		if !ep.Gone.IsZero() {
+			continue
+		}
 		total += ep.Final
 		if total > ringhash.MaxRingSizeLimit {
 			return RampPlan{}, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
@@ -128,6 +140,9 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRi
 			appear[i] = curveSteps(ep.Final, ep.Start, curve)
 			members++
 		}
+		if !ep.Gone.IsZero() {
+			continue
+		}
 		plan.Fading[i] = !ep.Start.IsZero() && ep.Final > 0 && curve.Share(step.Sub(ep.Start)) < 1
 		if !plan.Fading[i] {
 			plan.Counts[i] = ep.Final
@@ -146,10 +161,10 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRi
 		// own curve.
 		plan.Gradual++
 	default:
-		replayChain(eps, appear, curve, hash, started, jumpLimit, &plan)
+		replayChain(eps, appear, curve, hash, started, step, jumpLimit, &plan)
 	}
-	if appear[0] != nil {
-		appear[0][0] = always
+	if first := slices.IndexFunc(eps, func(ep RampEndpoint) bool { return ep.Gone.IsZero() }); first >= 0 && appear[first] != nil {
+		appear[first][0] = always
 	}
 	for i, ep := range eps {
 		if !plan.Fading[i] {
@@ -258,7 +273,7 @@ const FreezeLag = 2 * StepInterval
 // Replaying from the starts rather than remembering makes the schedule a
 // function of the endpoints alone, and one that a later start never changes
 // for entries already in.
-func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash ringhash.HashFunction, started func(RampEndpoint) bool, jumpLimit float64, stats *RampPlan) {
+func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash ringhash.HashFunction, started func(RampEndpoint) bool, step time.Time, jumpLimit float64, stats *RampPlan) {
 	base := make([]int, len(eps)+1)
 	for i := range eps {
 		base[i+1] = base[i] + len(appear[i])
@@ -325,6 +340,20 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			steps = append(steps, StepTime(eps[i].Start).UnixNano())
 		}
 	}
+	// A departure is an event too, from the step it left (a departure
+	// stamped ahead of the clock counts from now); one before the chain's
+	// first start leaves the ring the chain sees.
+	goneAt := make([]int64, len(eps))
+	chainFirst := slices.Min(steps)
+	for i, ep := range eps {
+		goneAt[i] = math.MaxInt64
+		if !ep.Gone.IsZero() {
+			goneAt[i] = min(StepTime(ep.Gone).UnixNano(), step.UnixNano())
+			if goneAt[i] > chainFirst {
+				steps = append(steps, goneAt[i])
+			}
+		}
+	}
 	slices.Sort(steps)
 	steps = slices.Compact(steps)
 
@@ -344,11 +373,19 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	var ahead []node
 	for _, first := range steps {
 		frozenBy := first + int64(FreezeLag)
+		// here reports whether ep's entries are in the ring at this event:
+		// it has not left yet (endpoints not started are absent below).
+		here := func(ep int32) bool { return goneAt[ep] > first }
 		var openIDs []int32
 		for v := range nodes {
 			st := startStep(v)
 			if st == first {
 				*at(int32(v)) = curve[v]
+			}
+			if !here(nodes[v].ep) {
+				state[v] = absent
+				succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
+				continue
 			}
 			// Entries due within FreezeLag of the start may be out before
 			// the control plane knows of every endpoint that started
@@ -372,7 +409,7 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		prevPos, havePrev := uint64(0), false
 		for k := range 2 * len(ring) { // twice round, so the first entry sees its predecessor
 			e := ring[k%len(ring)]
-			if e.idx >= 0 && state[id(e.node)] == absent {
+			if !here(e.ep) || e.idx >= 0 && state[id(e.node)] == absent {
 				continue
 			}
 			if e.idx >= 0 && state[id(e.node)] == open && havePrev {
@@ -385,7 +422,7 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		// in, an open entry waits for the open entries of other endpoints
 		// ahead of it (the highest index of each suffices; index order
 		// brings the lower ones in first).
-		isIn := func(e entry) bool { return e.idx < 0 || state[id(e.node)] == fixed }
+		isIn := func(e entry) bool { return here(e.ep) && (e.idx < 0 || state[id(e.node)] == fixed) }
 		if firstIn := slices.IndexFunc(ring, isIn); firstIn >= 0 {
 			ahead = ahead[:0]
 			for k := 1; k <= len(ring); k++ {
@@ -393,6 +430,9 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				if isIn(e) {
 					ahead = ahead[:0]
 					continue
+				}
+				if e.idx < 0 {
+					continue // an established endpoint's, gone by now
 				}
 				v := id(e.node)
 				if state[v] != open {

@@ -341,3 +341,84 @@ func TestPlanRampIgnoresEndpointsNotStarted(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRampRemovalNeverTakesBackAnEntry removes endpoints, established
+// and fading, in the middle of random scale-ups. With each departure passed
+// on as RampEndpoint.Gone, no endpoint that stays ever loses an entry;
+// planned without them, the same scenarios do take entries back (keys
+// flap back to old endpoints), which is what Gone is for.
+func TestPlanRampRemovalNeverTakesBackAnEntry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 4))
+	curve := Curve{Duration: 20 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	takeBacksWithoutGone := 0
+	for sc := range 40 {
+		old, add := 10+rng.IntN(60), 2+rng.IntN(30)
+		eps := make([]RampEndpoint, old+add)
+		known := make([]time.Time, old+add) // when the control plane learns of it
+		gone := make([]time.Time, old+add)  // when it sees it leave; zero: never
+		for i := range eps {
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("m-%03d", i), Final: 16 * uint64(1+rng.IntN(3))}
+			if i < old {
+				continue
+			}
+			eps[i].Key = fmt.Sprintf("%c-%03d", 'a'+rng.IntN(26), i)
+			eps[i].Start = t0
+			if sc%2 == 0 {
+				eps[i].Start = t0.Add(time.Duration(rng.IntN(12000)) * time.Millisecond)
+			}
+			known[i] = eps[i].Start.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		}
+		for range 2 + rng.IntN(4) {
+			i := rng.IntN(len(eps))
+			gone[i] = t0.Add(time.Duration(1000+rng.IntN(20000)) * time.Millisecond)
+			if i >= old && gone[i].Before(known[i]) {
+				gone[i] = known[i].Add(time.Second)
+			}
+		}
+		for _, withGone := range []bool{true, false} {
+			prev := map[string]uint64{}
+			for s := 0; s <= 34; s++ {
+				now := t0.Add(time.Duration(s) * time.Second)
+				var cur []RampEndpoint
+				for i, ep := range eps {
+					switch {
+					case i >= old && known[i].After(now):
+					case !gone[i].IsZero() && !gone[i].After(now):
+						if withGone {
+							ep.Gone = gone[i]
+							cur = append(cur, ep)
+						}
+					default:
+						cur = append(cur, ep)
+					}
+				}
+				slices.SortFunc(cur, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+				plan, err := PlanRamp(cur, curve, ringhash.XXHash, 4096, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, ep := range cur {
+					if !ep.Gone.IsZero() {
+						if plan.Counts[i] != 0 || plan.Fading[i] {
+							t.Fatalf("scenario %d at %ds: %s is gone but holds %d entries", sc, s, ep.Key, plan.Counts[i])
+						}
+						continue
+					}
+					if c, ok := prev[ep.Key]; ok && plan.Counts[i] < c {
+						if !withGone {
+							takeBacksWithoutGone++
+							continue
+						}
+						t.Fatalf("scenario %d (%d+%d) at %ds: %s went from %d to %d entries", sc, old, add, s, ep.Key, c, plan.Counts[i])
+					}
+					prev[ep.Key] = plan.Counts[i]
+				}
+			}
+		}
+	}
+	if takeBacksWithoutGone == 0 {
+		t.Fatal("no scenario takes an entry back even without Gone: the test shows nothing")
+	}
+	t.Logf("without Gone, %d entry counts went down", takeBacksWithoutGone)
+}

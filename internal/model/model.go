@@ -117,6 +117,21 @@ type Cluster struct {
 	// FadeIn is nil when new endpoints take their full share at once.
 	FadeIn    *FadeIn
 	Endpoints []Endpoint
+	// Departed lists endpoints that left the cluster while a fade-in was
+	// under way, so the fade-in plan can replay the ring as it was before
+	// each left: a plan redone without them could take back a ring entry
+	// it had already published (fadein.PlanRamp). Sources keep a
+	// departure until the cluster's last fade is over; only fade-in
+	// planning reads them.
+	Departed []Departure
+}
+
+// Departure is an endpoint that left a cluster during a fade-in.
+type Departure struct {
+	// Endpoint is the endpoint as it was when it left, FirstSeen included.
+	Endpoint Endpoint
+	// Gone is when the source saw it leave.
+	Gone time.Time
 }
 
 // State is everything a source currently describes: the clusters, sorted by
@@ -317,17 +332,26 @@ func (c *Cluster) Equal(o *Cluster) bool {
 	if c.Name != o.Name || c.Policy != o.Policy || c.HashHeader != o.HashHeader ||
 		c.MinRingSize != o.MinRingSize || c.MaxRingSize != o.MaxRingSize || c.TableSize != o.TableSize ||
 		(c.FadeIn == nil) != (o.FadeIn == nil) || (c.FadeIn != nil && *c.FadeIn != *o.FadeIn) ||
-		len(c.Endpoints) != len(o.Endpoints) {
+		len(c.Endpoints) != len(o.Endpoints) || len(c.Departed) != len(o.Departed) {
 		return false
 	}
 	for i := range c.Endpoints {
-		a, b := &c.Endpoints[i], &o.Endpoints[i]
-		if a.Address != b.Address || a.Port != b.Port || a.Weight != b.Weight || a.Scheme != b.Scheme ||
-			a.Zone != b.Zone || a.HashKey != b.HashKey || !a.FirstSeen.Equal(b.FirstSeen) {
+		if !c.Endpoints[i].equal(&o.Endpoints[i]) {
+			return false
+		}
+	}
+	for i := range c.Departed {
+		a, b := &c.Departed[i], &o.Departed[i]
+		if !a.Endpoint.equal(&b.Endpoint) || !a.Gone.Equal(b.Gone) {
 			return false
 		}
 	}
 	return true
+}
+
+func (a *Endpoint) equal(b *Endpoint) bool {
+	return a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Scheme == b.Scheme &&
+		a.Zone == b.Zone && a.HashKey == b.HashKey && a.FirstSeen.Equal(b.FirstSeen)
 }
 
 // Clone returns a copy that shares nothing mutable with c.
@@ -338,5 +362,6 @@ func (c *Cluster) Clone() Cluster {
 		out.FadeIn = &f
 	}
 	out.Endpoints = slices.Clone(c.Endpoints)
+	out.Departed = slices.Clone(c.Departed)
 	return out
 }

@@ -115,7 +115,8 @@ func TestClusterEqual(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	base := Cluster{Name: "a", Policy: PolicyRingHash, HashHeader: "h", MinRingSize: 4, MaxRingSize: 8,
 		FadeIn:    &FadeIn{Duration: time.Second, Exponent: 1},
-		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: t0}}}
+		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: t0}},
+		Departed:  []Departure{{Endpoint: Endpoint{Address: "10.0.0.9", Port: 1, Weight: 1}, Gone: t0}}}
 	edits := map[string]func(*Cluster){
 		"name": func(c *Cluster) { c.Name = "b" }, "policy": func(c *Cluster) { c.Policy = PolicySkipper },
 		"header": func(c *Cluster) { c.HashHeader = "g" }, "min": func(c *Cluster) { c.MinRingSize = 2 },
@@ -130,6 +131,9 @@ func TestClusterEqual(t *testing.T) {
 		"hash key":      func(c *Cluster) { c.Endpoints[0].HashKey = "j" },
 		"first seen":    func(c *Cluster) { c.Endpoints[0].FirstSeen = t0.Add(time.Second) },
 		"extra":         func(c *Cluster) { c.Endpoints = append(c.Endpoints, Endpoint{}) },
+		"departed":      func(c *Cluster) { c.Departed = nil },
+		"departed port": func(c *Cluster) { c.Departed[0].Endpoint.Port = 2 },
+		"gone":          func(c *Cluster) { c.Departed[0].Gone = t0.Add(time.Second) },
 	}
 	for name, edit := range edits {
 		c := base.Clone()

@@ -116,13 +116,23 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 
 	var plan fadein.RampPlan
 	if p.layout {
-		ramp := make([]fadein.RampEndpoint, len(eps))
+		ramp := make([]fadein.RampEndpoint, len(eps), len(eps)+len(c.Departed))
 		for i, ep := range eps {
 			ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
+		}
+		// Endpoints that left mid-fade are replayed until they left, after
+		// the others (they are not in EDS, so not in the walk order).
+		for i := range c.Departed {
+			d := &c.Departed[i]
+			ramp = append(ramp, fadein.RampEndpoint{Key: RingKey(&d.Endpoint), Final: k * uint64(d.Endpoint.Weight), Start: d.Endpoint.FirstSeen, Gone: d.Gone})
 		}
 		var err error
 		if plan, err = fadein.PlanRamp(ramp, p.curve, ringhash.XXHash, c.MaxRingSize, step); err != nil {
 			return nil, fmt.Errorf("fade-in plan: %w", err)
+		}
+		plan.Counts, plan.Fading = plan.Counts[:len(eps)], plan.Fading[:len(eps)]
+		if len(c.Departed) > 0 {
+			p.notes = append(p.notes, fmt.Sprintf("fade-in: %d endpoint(s) left during the fade; the plan keeps them in its replay until they left, so no entry already published is taken back", len(c.Departed)))
 		}
 	} else {
 		// Weights stay; only the fade metadata changes, at each fade's end.

@@ -471,3 +471,86 @@ func TestFadeCapacityKeepsOldEndpointsThroughALargeScaleUp(t *testing.T) {
 	}
 	t.Logf("%d steps, %d moves, %d of %d keys hopped between fading endpoints", steps, f.moved, len(f.hops), len(keys))
 }
+
+// TestFadeDepartureKeepsPublishedEntries replays a staggered scale-up in
+// which one fading and one established endpoint leave mid-fade (found by
+// fadein's random removal test). Passed on as model.Departed, no endpoint
+// that stays ever publishes fewer entries than before; without them, the
+// plan redone over the endpoints left takes entries back.
+func TestFadeDepartureKeepsPublishedEntries(t *testing.T) {
+	t0 := time.Unix(1_780_000_000, 0).UTC()
+	const never = time.Duration(-1)
+	type spec struct {
+		key                 string
+		weight              uint32
+		start, known, leave time.Duration // never: established / never leaves
+	}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	specs := []spec{
+		{"m-000", 1, never, 0, never}, {"m-001", 1, never, 0, never}, {"m-002", 2, never, 0, never},
+		{"m-003", 3, never, 0, never}, {"m-004", 2, never, 0, never}, {"m-005", 1, never, 0, ms(1471)},
+		{"m-006", 1, never, 0, never}, {"m-007", 2, never, 0, never}, {"m-008", 3, never, 0, ms(20177)},
+		{"m-009", 1, never, 0, never}, {"m-010", 2, never, 0, never}, {"m-011", 2, never, 0, never},
+		{"y-012", 2, ms(1830), ms(2198), ms(5313)}, {"k-013", 2, ms(2493), ms(3475), never},
+		{"z-014", 2, ms(6663), ms(7867), never}, {"q-015", 1, ms(1643), ms(3521), never},
+		{"f-016", 3, ms(1381), ms(2463), never}, {"v-017", 2, ms(7760), ms(9340), never},
+		{"g-018", 2, ms(8271), ms(9606), never}, {"v-019", 1, ms(10641), ms(11194), never},
+	}
+	clusterAt := func(now time.Time, departures bool) model.Cluster {
+		c := model.Cluster{Name: "products", MaxRingSize: 4096,
+			FadeIn: &model.FadeIn{Duration: 20 * time.Second, Exponent: 2.5, Capacity: 256}}
+		for i, sp := range specs {
+			ep := model.Endpoint{Address: fmt.Sprintf("10.0.0.%d", i+1), Port: 8080, Weight: sp.weight, HashKey: sp.key}
+			if sp.start != never {
+				ep.FirstSeen = t0.Add(sp.start)
+			}
+			switch {
+			case t0.Add(sp.known).After(now):
+			case sp.leave != never && !t0.Add(sp.leave).After(now):
+				if departures {
+					c.Departed = append(c.Departed, model.Departure{Endpoint: ep, Gone: t0.Add(sp.leave)})
+				}
+			default:
+				c.Endpoints = append(c.Endpoints, ep)
+			}
+		}
+		return c
+	}
+	for _, departures := range []bool{true, false} {
+		prev := map[string]uint64{}
+		tookBack := false
+		for s := 0; s <= 30; s++ {
+			now := t0.Add(time.Duration(s) * time.Second)
+			c := clusterAt(now, departures)
+			snap, err := Build(state(t, c), now)
+			if err != nil {
+				t.Fatalf("Build at %ds: %v", s, err)
+			}
+			// The entries each endpoint holds in the ring Envoy builds from
+			// the published CDS and EDS.
+			d := decode(t, snap, KindEnvoy, c.Name)
+			if len(d.Endpoints) != len(c.Endpoints) {
+				t.Fatalf("at %ds EDS has %d endpoints, want %d (departed ones are not published)", s, len(d.Endpoints), len(c.Endpoints))
+			}
+			counts := map[string]uint64{}
+			d.Ring.(ringhash.Drawable).Entries(func(_ uint64, ep int) { counts[d.Endpoints[ep].Addr]++ })
+			for _, st := range snap.Fading[c.Name] {
+				if counts[st.Endpoint] != st.Entries {
+					t.Fatalf("at %ds %s holds %d entries in Envoy's ring, status says %d", s, st.Endpoint, counts[st.Endpoint], st.Entries)
+				}
+			}
+			for ep, n := range counts {
+				if n < prev[ep] {
+					if departures {
+						t.Fatalf("at %ds %s went from %d to %d entries", s, ep, prev[ep], n)
+					}
+					tookBack = true
+				}
+				prev[ep] = n
+			}
+		}
+		if !departures && !tookBack {
+			t.Fatal("without departures no entry was taken back: the scenario shows nothing")
+		}
+	}
+}
