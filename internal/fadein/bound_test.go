@@ -298,11 +298,34 @@ func TestSCCBoundOfOneEndpointIsOneEntry(t *testing.T) {
 	}
 }
 
+// firstStepShare is the share of the new endpoints' keys in the smallest
+// precise step in which every new endpoint holds its entry 0: what a
+// precise ramp must show at its first step if each new endpoint is to be
+// in the ring from its start.
+func (d precisionDeps) firstStepShare() float64 {
+	counts := make([]uint64, d.first+len(d.base)-1)
+	for ep := d.first; ep < len(counts); ep++ {
+		counts[ep] = 1
+	}
+	d.closure(counts)
+	var in, total float64
+	for _, e := range d.ring {
+		if e.ep >= d.first {
+			total += float64(d.arc[d.id(e)])
+			if d.in(e, counts) {
+				in += float64(d.arc[d.id(e)])
+			}
+		}
+	}
+	return in / total
+}
+
 // BenchmarkPreciseRampBound reports, for simultaneous scale-ups laid out as
 // in the fade simulation, the share of the new endpoints' keys that any
 // 100%-precise weight ramp must bring in at one step (scc_pp), and the same
-// for the worst single endpoint's own keys (pod_scc_pp). The curve's own
-// largest step is 8.1 points.
+// for the worst single endpoint's own keys (pod_scc_pp), and what the first
+// step must show if every new endpoint holds an entry from its start
+// (entry0_closure_pp). The curve's own largest step is 8.1 points.
 func BenchmarkPreciseRampBound(b *testing.B) {
 	for _, sc := range []simSpec{
 		{old: 10, add: 1},
@@ -322,12 +345,15 @@ func BenchmarkPreciseRampBound(b *testing.B) {
 				keys[i], final[i] = ep.Key, k
 			}
 			var batch, endpoint float64
+			var d precisionDeps
 			for b.Loop() {
-				batch, endpoint = newPrecisionDeps(keys, final, sc.old).sccBound()
+				d = newPrecisionDeps(keys, final, sc.old)
+				batch, endpoint = d.sccBound()
 			}
 			b.ReportMetric(float64(k), "entries/endpoint")
 			b.ReportMetric(100*batch, "scc_pp")
 			b.ReportMetric(100*endpoint, "pod_scc_pp")
+			b.ReportMetric(100*d.firstStepShare(), "entry0_closure_pp")
 		})
 	}
 }
