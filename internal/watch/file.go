@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -56,7 +57,9 @@ type FileOptions struct {
 //
 // Endpoints present when the first valid content is loaded are established
 // (zero FirstSeen); an endpoint added by a later reload gets FirstSeen set to
-// the time of the change, so that fade-in ramps it up.
+// the time of the change, so that fade-in ramps it up. An endpoint removed
+// while a fade is under way is listed in its cluster's Departed until the
+// first reload after that cluster's last fade is over.
 type FileSource struct {
 	// name is the file as the user named it, used in messages and Problems.
 	name string
@@ -391,11 +394,14 @@ func (s *FileSource) setProblems(err error, at time.Time) {
 
 // fileAssignFirstSeen carries FirstSeen over from prev for endpoints that
 // stay, keyed by cluster name and host:port, and stamps the rest with at.
+// It also carries and records the departures of fade-in clusters
+// (fileTrackDepartures).
 func fileAssignFirstSeen(st *model.State, prev model.State, at time.Time) {
 	for ci := range st.Clusters {
 		c := &st.Clusters[ci]
 		old := map[string]time.Time{}
-		if pc, ok := prev.Cluster(c.Name); ok {
+		pc, ok := prev.Cluster(c.Name)
+		if ok {
 			for _, ep := range pc.Endpoints {
 				old[ep.HostPort()] = ep.FirstSeen
 			}
@@ -408,18 +414,65 @@ func fileAssignFirstSeen(st *model.State, prev model.State, at time.Time) {
 				ep.FirstSeen = at
 			}
 		}
+		if ok {
+			fileTrackDepartures(c, pc, at)
+		}
 	}
+}
+
+// fileTrackDepartures sets c.Departed from the previous version of the
+// cluster, prev, for a reload at time at. The fade-in plan replays the ring
+// of the current chain of fades as it was before each endpoint left, so an
+// endpoint that leaves while a fade is under way is remembered until the
+// cluster's last fade is over; one that leaves a steady cluster is not, as
+// no replay reaches back past it.
+//
+// The file source has no timer for the end of a fade, so whether the
+// previous fades are over is judged first, from prev alone: a reload after
+// they ended starts from no departures, as if the cluster had been rebuilt
+// when they did, and a fade that begins with this reload does not keep
+// departures of an older one alive.
+func fileTrackDepartures(c, prev *model.Cluster, at time.Time) {
+	c.Departed = nil
+	if c.FadeIn == nil {
+		return
+	}
+	curve := fadein.Curve{Duration: c.FadeIn.Duration}
+	fadingAt := func(first time.Time) bool { return !first.IsZero() && curve.EndStep(first).After(at) }
+
+	prevFading := false
+	for _, ep := range prev.Endpoints {
+		prevFading = prevFading || fadingAt(ep.FirstSeen)
+	}
+	for _, d := range prev.Departed {
+		prevFading = prevFading || fadingAt(d.Endpoint.FirstSeen)
+	}
+	fading := prevFading
+	for _, ep := range c.Endpoints {
+		fading = fading || fadingAt(ep.FirstSeen)
+	}
+	if !fading {
+		return
+	}
+	if prevFading {
+		c.Departed = slices.Clone(prev.Departed)
+	}
+	stay := make(map[string]bool, len(c.Endpoints))
+	for _, ep := range c.Endpoints {
+		stay[ep.HostPort()] = true
+	}
+	for _, ep := range prev.Endpoints {
+		if !stay[ep.HostPort()] {
+			c.Departed = append(c.Departed, model.Departure{Endpoint: ep, Gone: at})
+		}
+	}
+	sortDepartures(c.Departed)
 }
 
 func fileCloneState(st model.State) model.State {
 	st.Clusters = slices.Clone(st.Clusters)
 	for i := range st.Clusters {
-		c := &st.Clusters[i]
-		c.Endpoints = slices.Clone(c.Endpoints)
-		if c.FadeIn != nil {
-			f := *c.FadeIn
-			c.FadeIn = &f
-		}
+		st.Clusters[i] = st.Clusters[i].Clone()
 	}
 	return st
 }
@@ -427,18 +480,5 @@ func fileCloneState(st model.State) model.State {
 // fileStatesEqual compares the clusters of two states, ignoring ChangedAt,
 // which differs on every reload.
 func fileStatesEqual(a, b model.State) bool {
-	return slices.EqualFunc(a.Clusters, b.Clusters, func(x, y model.Cluster) bool {
-		if x.Name != y.Name || x.Policy != y.Policy || x.HashHeader != y.HashHeader ||
-			x.MinRingSize != y.MinRingSize || x.MaxRingSize != y.MaxRingSize || x.TableSize != y.TableSize {
-			return false
-		}
-		if (x.FadeIn == nil) != (y.FadeIn == nil) || (x.FadeIn != nil && *x.FadeIn != *y.FadeIn) {
-			return false
-		}
-		return slices.EqualFunc(x.Endpoints, y.Endpoints, func(p, q model.Endpoint) bool {
-			return p.Address == q.Address && p.Port == q.Port && p.Weight == q.Weight &&
-				p.Scheme == q.Scheme && p.Zone == q.Zone && p.HashKey == q.HashKey &&
-				p.FirstSeen.Equal(q.FirstSeen)
-		})
-	})
+	return slices.EqualFunc(a.Clusters, b.Clusters, func(x, y model.Cluster) bool { return x.Equal(&y) })
 }

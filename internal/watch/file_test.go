@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ringxds/ringxds/examples"
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/watch"
 )
@@ -27,9 +29,17 @@ const fileWait = 5 * time.Second
 const fileTestDebounce = 30 * time.Millisecond
 
 // fileYAML renders a single-cluster file with the given endpoint ports.
-func fileYAML(ports ...int) string {
+func fileYAML(ports ...int) string { return fileYAMLFade("10s", ports...) }
+
+// fileYAMLFade is fileYAML with the given fade_in duration; "" omits
+// fade_in.
+func fileYAMLFade(fade string, ports ...int) string {
 	var b strings.Builder
-	b.WriteString("clusters:\n  - name: products\n    fade_in: {duration: 10s}\n    endpoints:\n")
+	b.WriteString("clusters:\n  - name: products\n")
+	if fade != "" {
+		fmt.Fprintf(&b, "    fade_in: {duration: %s}\n", fade)
+	}
+	b.WriteString("    endpoints:\n")
 	for _, p := range ports {
 		fmt.Fprintf(&b, "      - {address: 10.0.0.1, port: %d}\n", p)
 	}
@@ -527,5 +537,121 @@ func TestFileRemovedDirectoryIsLogged(t *testing.T) {
 			t.Fatalf("no log said the directory was removed; logs: %v", logs.All())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fileLoad writes content and loads it, failing the test on an error.
+func fileLoad(t *testing.T, src *watch.FileSource, path, content string) model.State {
+	t.Helper()
+	fileWrite(t, path, content)
+	st, err := src.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// fileEndpoint is the endpoint of the only cluster with the given port.
+func fileEndpoint(t *testing.T, s model.State, port uint32) model.Endpoint {
+	t.Helper()
+	for _, ep := range s.Clusters[0].Endpoints {
+		if ep.Port == port {
+			return ep
+		}
+	}
+	t.Fatalf("port %d is not in %+v", port, s.Clusters[0].Endpoints)
+	return model.Endpoint{}
+}
+
+// fileExpectDeparted checks the only cluster's departures.
+func fileExpectDeparted(t *testing.T, s model.State, want ...model.Departure) {
+	t.Helper()
+	got := s.Clusters[0].Departed
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(got); i++ {
+		ok = reflect.DeepEqual(got[i].Endpoint, want[i].Endpoint) && got[i].Gone.Equal(want[i].Gone)
+	}
+	if !ok {
+		t.Fatalf("Departed %+v, want %+v", got, want)
+	}
+}
+
+func TestFileDeparturesDuringFadeIn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	src, err := watch.NewFileSource(path, watch.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fileLoad(t, src, path, fileYAML(80, 81))
+	b := fileEndpoint(t, st, 81)
+	if st = fileLoad(t, src, path, fileYAML(80, 81, 82)); st.Clusters[0].Departed != nil {
+		t.Fatalf("an arrival recorded departures: %+v", st.Clusters[0].Departed)
+	}
+
+	// 81 leaves while 82 fades: the plan must still replay it.
+	st = fileLoad(t, src, path, fileYAML(80, 82))
+	want := model.Departure{Endpoint: b, Gone: st.ChangedAt}
+	fileExpectDeparted(t, st, want)
+	fileExpectPorts(t, st, 80, 82)
+
+	// Later reloads carry it, also when it comes back and fades in again.
+	fileExpectDeparted(t, fileLoad(t, src, path, "# unchanged\n"+fileYAML(80, 82)), want)
+	st = fileLoad(t, src, path, fileYAML(80, 81, 82))
+	fileExpectDeparted(t, st, want)
+	if ep := fileEndpoint(t, st, 81); !ep.FirstSeen.Equal(st.ChangedAt) {
+		t.Fatalf("the returning endpoint has FirstSeen %v, want the reload time %v", ep.FirstSeen, st.ChangedAt)
+	}
+}
+
+func TestFileNoDeparturesWithoutAFade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	src, err := watch.NewFileSource(path, watch.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A removal from a steady cluster needs no replay.
+	fileLoad(t, src, path, fileYAML(80, 81))
+	if st := fileLoad(t, src, path, fileYAML(80)); st.Clusters[0].Departed != nil {
+		t.Fatalf("a removal with no fade under way recorded %+v", st.Clusters[0].Departed)
+	}
+
+	// Nor does a cluster without fade_in, whatever its FirstSeen says.
+	fileLoad(t, src, path, fileYAMLFade("", 80, 81))
+	fileLoad(t, src, path, fileYAMLFade("", 80, 81, 82))
+	if st := fileLoad(t, src, path, fileYAMLFade("", 80, 82)); st.Clusters[0].Departed != nil {
+		t.Fatalf("a cluster without fade_in recorded %+v", st.Clusters[0].Departed)
+	}
+}
+
+func TestFileDeparturesEndWithTheLastFade(t *testing.T) {
+	// The file source reads the wall clock, so the fade is short, but long
+	// enough for three reloads on a loaded machine; fades end on whole
+	// seconds (fadein.Curve.EndStep), so this waits 2 to 3 s.
+	const fade = 2 * time.Second
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	fileWrite(t, path, fileYAMLFade(fade.String(), 80, 81))
+	r := fileStart(t, path, fileTestDebounce)
+	b := fileEndpoint(t, r.next(t), 81)
+
+	fileWrite(t, path, fileYAMLFade(fade.String(), 80, 81, 82))
+	start := fileEndpoint(t, r.next(t), 82).FirstSeen
+	end := fadein.Curve{Duration: fade}.EndStep(start)
+
+	fileWrite(t, path, fileYAMLFade(fade.String(), 80, 82))
+	st := r.next(t)
+	if !st.ChangedAt.Before(end) {
+		t.Skipf("the removal was read at %v, after the fade ended at %v; the machine is too slow for this test", st.ChangedAt, end)
+	}
+	fileExpectDeparted(t, st, model.Departure{Endpoint: b, Gone: st.ChangedAt})
+
+	// Once the fade is over, a reload drops the departure; the State
+	// differs in nothing else, and is published all the same.
+	time.Sleep(time.Until(end))
+	fileWrite(t, path, "# touched\n"+fileYAMLFade(fade.String(), 80, 82))
+	st = r.next(t)
+	fileExpectPorts(t, st, 80, 82)
+	fileExpectDeparted(t, st)
+	if got := fileEndpoint(t, st, 82).FirstSeen; !got.Equal(start) {
+		t.Fatalf("82 has FirstSeen %v after the fade, want its start %v kept", got, start)
 	}
 }

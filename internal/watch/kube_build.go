@@ -37,19 +37,25 @@ type kubeResolved struct {
 //
 // Apart from two memories it is a pure function of the caches: lastGood (a
 // Service whose annotations go bad keeps its previous settings) and the
-// fade-in memory (which endpoints joined a cluster while this process
-// watched it; see docs/kubernetes.md for why that is deterministic enough).
+// fade-in memory (which endpoints joined or left a cluster while this
+// process watched it; see docs/kubernetes.md for why that is deterministic
+// enough).
 type kubeBuilder struct {
 	lastGood map[string]kubeResolved
-	// joined maps cluster name -> host:port -> the time the endpoint joined
-	// (zero: established). A cluster present here has been served before.
-	joined map[string]map[string]time.Time
+	// joined maps cluster name -> host:port -> the endpoint as the last
+	// build emitted it, FirstSeen holding the time it joined (zero:
+	// established). A cluster present here has been served before.
+	joined map[string]map[string]model.Endpoint
+	// departed maps cluster name -> the endpoints that left it while a fade
+	// was under way, kept until the cluster's last fade is over.
+	departed map[string][]model.Departure
 }
 
 func kubeNewBuilder() *kubeBuilder {
 	return &kubeBuilder{
 		lastGood: make(map[string]kubeResolved),
-		joined:   make(map[string]map[string]time.Time),
+		joined:   make(map[string]map[string]model.Endpoint),
+		departed: make(map[string][]model.Departure),
 	}
 }
 
@@ -66,9 +72,11 @@ func kubeOptedIn(svc *corev1.Service) bool {
 }
 
 // build computes the State from services (any order) and the slices of each
-// Service. now is used for fade-in expiry only. It returns the earliest time
-// at which a cluster's last fade-in completes (zero if none), when the State
-// must be rebuilt to mark its endpoints established.
+// Service. now is used for fade-in only: for expiry, and as the time an
+// endpoint that is missing left its cluster. It returns the earliest time at
+// which a cluster's last fade-in completes (zero if none), when the State
+// must be rebuilt to mark its endpoints established and drop its
+// departures.
 func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace, name string) []*discoveryv1.EndpointSlice, now time.Time) (model.State, []kubeProblem, time.Time) {
 	services = slices.Clone(services)
 	slices.SortFunc(services, func(a, c *corev1.Service) int {
@@ -131,7 +139,7 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		c := resolved.settings.cluster(name, nil)
 		known, served := b.joined[name]
 		if !served {
-			known = make(map[string]time.Time, len(eps))
+			known = make(map[string]model.Endpoint, len(eps))
 			b.joined[name] = known
 		}
 		present := make(map[string]bool, len(eps))
@@ -139,31 +147,11 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		// has passed keeps its start until the last fade in the cluster is
 		// over, because the fade-in schedule of the endpoints still fading
 		// is replayed from every start since the first of them
-		// (fadein.PlanRamp); dropping one start early would change it.
+		// (fadein.PlanRamp); dropping one start early would change it. A
+		// departed endpoint takes part in that replay too, so its window
+		// counts as long as it would have run.
 		var fadesEnd time.Time
-		for _, e := range eps {
-			hp := e.ep.HostPort()
-			present[hp] = true
-			first, seen := known[hp]
-			if !seen {
-				// Endpoints of a cluster seen for the first time are
-				// established; later arrivals fade in from the time
-				// Kubernetes recorded for their slice change.
-				if served && c.FadeIn != nil {
-					// The fade-in plan trusts that a start is learned
-					// within fadein.FreezeLag and is not ahead of the
-					// clock; a slice change seen later, or stamped by a
-					// clock ahead of ours, is moved into that window.
-					first = e.changed
-					if earliest := now.Add(-fadein.FreezeLag); first.Before(earliest) {
-						first = earliest
-					}
-					if first.After(now) {
-						first = now
-					}
-				}
-				known[hp] = first
-			}
+		extend := func(first time.Time) {
 			if !first.IsZero() && c.FadeIn != nil {
 				// The step at which the fade is over, as the snapshot
 				// sees it, not the instant: until then it still ramps.
@@ -172,24 +160,72 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 				}
 			}
 		}
+		for i := range eps {
+			e := &eps[i]
+			hp := e.ep.HostPort()
+			present[hp] = true
+			prev, seen := known[hp]
+			first := prev.FirstSeen
+			// Endpoints of a cluster seen for the first time are
+			// established; later arrivals fade in from the time
+			// Kubernetes recorded for their slice change.
+			if !seen && served && c.FadeIn != nil {
+				// The fade-in plan trusts that a start is learned
+				// within fadein.FreezeLag and is not ahead of the
+				// clock; a slice change seen later, or stamped by a
+				// clock ahead of ours, is moved into that window.
+				first = e.changed
+				if earliest := now.Add(-fadein.FreezeLag); first.Before(earliest) {
+					first = earliest
+				}
+				if first.After(now) {
+					first = now
+				}
+			}
+			e.ep.FirstSeen = first
+			extend(first)
+		}
+		var left []model.Departure
+		if c.FadeIn != nil {
+			for hp, ep := range known {
+				if !present[hp] {
+					left = append(left, model.Departure{Endpoint: ep, Gone: now})
+					extend(ep.FirstSeen)
+				}
+			}
+			for _, d := range b.departed[name] {
+				extend(d.Endpoint.FirstSeen)
+			}
+		}
 		fading := c.FadeIn != nil && now.Before(fadesEnd)
 		if fading && (next.IsZero() || fadesEnd.Before(next)) {
 			next = fadesEnd
 		}
-		for _, e := range eps {
-			hp := e.ep.HostPort()
-			if !fading {
-				known[hp] = time.Time{}
-			}
-			e.ep.FirstSeen = known[hp]
-			c.Endpoints = append(c.Endpoints, e.ep)
+		// A removal with no fade under way needs no replay: the ring it
+		// leaves is the one every later plan starts from.
+		if fading {
+			departed := append(slices.Clone(b.departed[name]), left...)
+			sortDepartures(departed)
+			b.departed[name] = departed
+			c.Departed = slices.Clone(departed)
+		} else {
+			delete(b.departed, name)
 		}
 		for hp := range known {
 			if !present[hp] {
 				delete(known, hp)
 			}
 		}
+		for _, e := range eps {
+			if !fading {
+				e.ep.FirstSeen = time.Time{}
+			}
+			c.Endpoints = append(c.Endpoints, e.ep)
+		}
 		c.ApplyDefaults()
+		for _, ep := range c.Endpoints {
+			known[ep.HostPort()] = ep
+		}
 		if len(c.Endpoints) == 0 {
 			// The model has no empty clusters: a Service scaled to zero (or
 			// whose endpoints are all terminating) is not served until an
@@ -209,8 +245,23 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			delete(b.joined, name)
 		}
 	}
+	for name := range b.departed {
+		ns, svcName := kubeSplitClusterName(name)
+		if !live[ns+"/"+svcName] {
+			delete(b.departed, name)
+		}
+	}
 	slices.SortFunc(state.Clusters, func(a, c model.Cluster) int { return strings.Compare(a.Name, c.Name) })
 	return state, problems, next
+}
+
+// sortDepartures puts departures in the order every replica and version
+// agrees on, whichever source recorded them: by when they left, then by
+// host:port.
+func sortDepartures(ds []model.Departure) {
+	slices.SortFunc(ds, func(a, b model.Departure) int {
+		return cmp.Or(a.Gone.Compare(b.Gone), strings.Compare(a.Endpoint.HostPort(), b.Endpoint.HostPort()))
+	})
 }
 
 // kubeSplitClusterName inverts KubeClusterName.

@@ -127,3 +127,149 @@ func TestKubeBuildBadAddressIsSkipped(t *testing.T) {
 		t.Fatalf("defaults not applied: %+v", s.Clusters[0])
 	}
 }
+
+// kubeBuildSet points the fixture's only slice at addrs, changed at changed.
+func (f *kubeFixture) kubeBuildSet(changed time.Time, addrs ...string) {
+	f.slices["ns/svc"] = []*discoveryv1.EndpointSlice{kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, changed, addrs...)}
+}
+
+// kubeBuildEndpoint is the endpoint hp of the only cluster of s.
+func kubeBuildEndpoint(t *testing.T, s model.State, hp string) model.Endpoint {
+	t.Helper()
+	for _, ep := range s.Clusters[0].Endpoints {
+		if ep.HostPort() == hp {
+			return ep
+		}
+	}
+	t.Fatalf("%s is not in %+v", hp, s.Clusters[0].Endpoints)
+	return model.Endpoint{}
+}
+
+func TestKubeBuildDeparturesDuringFadeIn(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
+	f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
+	b := kubeNewBuilder()
+	s, _, _ := b.build(f.svcs, f.slicesOf, t0)
+	b2 := kubeBuildEndpoint(t, s, "10.0.0.2:8080")
+
+	joined := t0.Add(time.Hour)
+	f.kubeBuildSet(joined, "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	if s, _, _ = b.build(f.svcs, f.slicesOf, joined); s.Clusters[0].Departed != nil {
+		t.Fatalf("an arrival recorded departures: %+v", s.Clusters[0].Departed)
+	}
+
+	// 10.0.0.2 leaves while 10.0.0.3 fades: the plan must still replay it.
+	gone := joined.Add(10 * time.Second)
+	f.kubeBuildSet(gone, "10.0.0.1", "10.0.0.3")
+	s, _, next := b.build(f.svcs, f.slicesOf, gone)
+	want := []model.Departure{{Endpoint: b2, Gone: gone}}
+	if got := s.Clusters[0].Departed; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a removal mid-fade: Departed %+v, want %+v", got, want)
+	}
+	if got := kubeAddrs(s, "svc.ns"); !reflect.DeepEqual(got, []string{"10.0.0.1:8080", "10.0.0.3:8080"}) {
+		t.Fatalf("endpoints %v: a departure must not be served", got)
+	}
+	if !next.Equal(joined.Add(30 * time.Second)) {
+		t.Fatalf("next = %v, want the end of the fade %v", next, joined.Add(30*time.Second))
+	}
+
+	// Later builds carry it, also when it comes back and fades in again.
+	s, _, _ = b.build(f.svcs, f.slicesOf, joined.Add(15*time.Second))
+	if got := s.Clusters[0].Departed; !reflect.DeepEqual(got, want) {
+		t.Fatalf("a later build: Departed %+v, want %+v", got, want)
+	}
+	back := joined.Add(20 * time.Second)
+	f.kubeBuildSet(back, "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	s, _, next = b.build(f.svcs, f.slicesOf, back)
+	if got := s.Clusters[0].Departed; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after it came back: Departed %+v, want %+v", got, want)
+	}
+	if ep := kubeBuildEndpoint(t, s, "10.0.0.2:8080"); !ep.FirstSeen.Equal(back) {
+		t.Fatalf("the returning endpoint has FirstSeen %v, want %v", ep.FirstSeen, back)
+	}
+	if !next.Equal(back.Add(30 * time.Second)) {
+		t.Fatalf("next = %v, want the end of the returning endpoint's fade %v", next, back.Add(30*time.Second))
+	}
+
+	// Once the last fade is over the departures go with the starts, and
+	// the State is the one a fresh replica builds.
+	end := back.Add(30 * time.Second)
+	s, _, next = b.build(f.svcs, f.slicesOf, end)
+	fresh, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, end)
+	if !reflect.DeepEqual(s, fresh) || !next.IsZero() || s.Clusters[0].Departed != nil {
+		t.Fatalf("after the fades: %+v (next %v), a fresh replica builds %+v", s, next, fresh)
+	}
+	if len(b.departed) != 0 {
+		t.Fatalf("the builder still remembers departures %+v", b.departed)
+	}
+
+	// A removal from a steady cluster records nothing.
+	f.kubeBuildSet(end, "10.0.0.1", "10.0.0.3")
+	if s, _, next = b.build(f.svcs, f.slicesOf, end.Add(time.Minute)); s.Clusters[0].Departed != nil || !next.IsZero() {
+		t.Fatalf("a removal with no fade under way: Departed %+v, next %v", s.Clusters[0].Departed, next)
+	}
+
+	// The Service going away takes its memory with it.
+	b.build(nil, f.slicesOf, end.Add(2*time.Minute))
+	if len(b.joined) != 0 || len(b.departed) != 0 {
+		t.Fatalf("memory of a Service no longer served: joined %v, departed %v", b.joined, b.departed)
+	}
+}
+
+func TestKubeBuildDepartedFadeKeepsStarts(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
+	f.kubeBuildSet(t0, "10.0.0.1")
+	b := kubeNewBuilder()
+	b.build(f.svcs, f.slicesOf, t0)
+
+	b1 := t0.Add(time.Hour)
+	f.kubeBuildSet(b1, "10.0.0.1", "10.0.0.2")
+	b.build(f.svcs, f.slicesOf, b1)
+	c1 := b1.Add(10 * time.Second)
+	f.kubeBuildSet(c1, "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	s, _, _ := b.build(f.svcs, f.slicesOf, c1)
+	leaving := kubeBuildEndpoint(t, s, "10.0.0.3:8080")
+
+	// 10.0.0.3 leaves while fading; 10.0.0.2 still fades too.
+	gone := c1.Add(5 * time.Second)
+	f.kubeBuildSet(gone, "10.0.0.1", "10.0.0.2")
+	s, _, next := b.build(f.svcs, f.slicesOf, gone)
+	want := []model.Departure{{Endpoint: leaving, Gone: gone}}
+	if got := s.Clusters[0].Departed; !reflect.DeepEqual(got, want) || !leaving.FirstSeen.Equal(c1) {
+		t.Fatalf("Departed %+v, want %+v with its start %v", got, want, c1)
+	}
+	if !next.Equal(c1.Add(30 * time.Second)) {
+		t.Fatalf("next = %v, want the end of the departed endpoint's fade %v", next, c1.Add(30*time.Second))
+	}
+
+	// 10.0.0.2's window is over but the departed one's would still run:
+	// the replay needs 10.0.0.2's start until then.
+	s, _, next = b.build(f.svcs, f.slicesOf, b1.Add(35*time.Second))
+	if ep := kubeBuildEndpoint(t, s, "10.0.0.2:8080"); !ep.FirstSeen.Equal(b1) {
+		t.Fatalf("10.0.0.2 has FirstSeen %v while a departed fade runs, want %v", ep.FirstSeen, b1)
+	}
+	if got := s.Clusters[0].Departed; !reflect.DeepEqual(got, want) || !next.Equal(c1.Add(30*time.Second)) {
+		t.Fatalf("Departed %+v (next %v), want %+v until %v", got, next, want, c1.Add(30*time.Second))
+	}
+
+	s, _, next = b.build(f.svcs, f.slicesOf, c1.Add(30*time.Second))
+	if ep := kubeBuildEndpoint(t, s, "10.0.0.2:8080"); !ep.FirstSeen.IsZero() || s.Clusters[0].Departed != nil || !next.IsZero() {
+		t.Fatalf("after the departed fade's end: 10.0.0.2 FirstSeen %v, Departed %+v, next %v", ep.FirstSeen, s.Clusters[0].Departed, next)
+	}
+}
+
+func TestKubeBuildNoDeparturesWithoutFadeIn(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(nil)}, slices: map[string][]*discoveryv1.EndpointSlice{}}
+	f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
+	b := kubeNewBuilder()
+	b.build(f.svcs, f.slicesOf, t0)
+	f.kubeBuildSet(t0.Add(time.Second), "10.0.0.1", "10.0.0.3")
+	b.build(f.svcs, f.slicesOf, t0.Add(time.Second))
+	f.kubeBuildSet(t0.Add(2*time.Second), "10.0.0.3")
+	if s, _, _ := b.build(f.svcs, f.slicesOf, t0.Add(2*time.Second)); s.Clusters[0].Departed != nil || len(b.departed) != 0 {
+		t.Fatalf("a cluster without fade-in recorded departures: %+v", s.Clusters[0].Departed)
+	}
+}
