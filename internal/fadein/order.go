@@ -371,6 +371,11 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// ahead holds, since the last entry that is in, the highest-index open
 	// entry of each endpoint met; gaps are short, so a slice beats a map.
 	var ahead []node
+	// gradualStarts holds the starts some of whose entries were planned
+	// on their own curves: a start is counted once however many later
+	// events (starts, departures) re-plan it.
+	gradualStarts := map[int64]bool{}
+	defer func() { stats.Gradual += len(gradualStarts) }()
 	for _, first := range steps {
 		frozenBy := first + int64(FreezeLag)
 		// here reports whether ep's entries are in the ring at this event:
@@ -610,8 +615,8 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				// within wait of its own curve.
 				return nodes[u].ep == nodes[w].ep || *at(u) <= max(curve[w], floor[w])+wait
 			})
-			if stats != nil {
-				stats.Gradual++
+			for _, v := range openIDs {
+				gradualStarts[eps[nodes[v].ep].Start.UnixNano()] = true
 			}
 		}
 		// An endpoint is whole when its fade ends, whatever it waited for.

@@ -422,3 +422,33 @@ func TestPlanRampRemovalNeverTakesBackAnEntry(t *testing.T) {
 	}
 	t.Logf("without Gone, %d entry counts went down", takeBacksWithoutGone)
 }
+
+// TestPlanRampGradualCountsStarts: RampPlan.Gradual counts the starts
+// planned on their own curves once each, however many later events (here a
+// departure) plan them again.
+func TestPlanRampGradualCountsStarts(t *testing.T) {
+	curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	var eps []RampEndpoint
+	for i := range 150 {
+		ep := RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 16}
+		if i >= 100 {
+			ep.Start = t0
+		}
+		eps = append(eps, ep)
+	}
+	plan, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, t0.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Gradual != 1 {
+		t.Fatalf("a 50%% scale-up: Gradual %d, want 1", plan.Gradual)
+	}
+	eps[7].Gone = t0.Add(5 * time.Second)
+	if plan, err = PlanRamp(eps, curve, ringhash.XXHash, 4096, t0.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if plan.Gradual != 1 {
+		t.Fatalf("the same scale-up with a departure mid-fade: Gradual %d, want 1", plan.Gradual)
+	}
+}
