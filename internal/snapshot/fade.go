@@ -131,7 +131,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 			return nil, fmt.Errorf("fade-in plan: %w", err)
 		}
 		plan.Counts, plan.Fading = plan.Counts[:len(eps)], plan.Fading[:len(eps)]
-		if len(c.Departed) > 0 {
+		if len(c.Departed) > 0 && slices.Contains(plan.Fading, true) {
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: %d endpoint(s) left during the fade; the plan keeps them in its replay until they left, so no entry already published is taken back", len(c.Departed)))
 		}
 	} else {

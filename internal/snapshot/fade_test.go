@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -519,7 +521,7 @@ func TestFadeDepartureKeepsPublishedEntries(t *testing.T) {
 	for _, departures := range []bool{true, false} {
 		prev := map[string]uint64{}
 		tookBack := false
-		for s := 0; s <= 30; s++ {
+		for s := 0; s <= 34; s++ {
 			now := t0.Add(time.Duration(s) * time.Second)
 			c := clusterAt(now, departures)
 			snap, err := Build(state(t, c), now)
@@ -538,6 +540,10 @@ func TestFadeDepartureKeepsPublishedEntries(t *testing.T) {
 				if counts[st.Endpoint] != st.Entries {
 					t.Fatalf("at %ds %s holds %d entries in Envoy's ring, status says %d", s, st.Endpoint, counts[st.Endpoint], st.Entries)
 				}
+			}
+			noted := slices.ContainsFunc(snap.Notes[c.Name], func(n string) bool { return strings.Contains(n, "left during the fade") })
+			if want := departures && len(c.Departed) > 0 && len(snap.Fading[c.Name]) > 0; noted != want {
+				t.Fatalf("at %ds the departure note is shown: %v, want %v (notes %q)", s, noted, want, snap.Notes[c.Name])
 			}
 			for ep, n := range counts {
 				if n < prev[ep] {
