@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +15,18 @@ import (
 
 // batchYAML lists backends with fixed hash keys, so the ring (and the
 // fade-in plan) does not depend on the ports the backends got.
-func batchYAML(backends []*testcp.Backend) string {
+func batchYAML(backends []*testcp.Backend) string { return batchYAMLKeys(backends, backends) }
+
+// batchYAMLKeys lists the backends of serve, each with the hash key of its
+// place in all, so that removing one leaves the others' keys alone.
+func batchYAMLKeys(all, serve []*testcp.Backend) string {
 	var b strings.Builder
 	b.WriteString("clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: 6s, exponent: 0.5, capacity: 16}\n    endpoints:\n")
-	for i, be := range testcp.Addrs(backends) {
-		host, port, _ := strings.Cut(be, ":")
+	for i, be := range all {
+		if !slices.Contains(serve, be) {
+			continue
+		}
+		host, port, _ := strings.Cut(be.Addr, ":")
 		fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%02d}\n", host, port, i)
 	}
 	return b.String()
