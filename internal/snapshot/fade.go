@@ -106,7 +106,11 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 		switch {
 		case k == 0:
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than maximum_ring_size %d, so the ring cannot give every unit of weight an entry: Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", weightSum, c.MaxRingSize))
-		case c.FadeIn.Capacity > 0 && !pinned:
+		case c.FadeIn.Capacity == 0:
+			// The decision a user would question after a scale-up that
+			// moved keys between old endpoints: where the layout changes.
+			p.notes = append(p.notes, fmt.Sprintf("fade-in: no fade_in.capacity: the ring is laid out at %d entries per unit of weight while endpoint weights sum to %d..%d (now %d); a scale past either bound lays it out anew, moving about half the keys between old endpoints. Set fade_in.capacity to the largest size the cluster scales to", k, c.MaxRingSize/(2*k)+1, c.MaxRingSize/k, weightSum))
+		case !pinned:
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than fade_in.capacity %d: the ring is laid out for the current size (%d entries per unit of weight) instead, and is laid out anew when the size crosses a power of two", weightSum, c.FadeIn.Capacity, k))
 		}
 	} else {

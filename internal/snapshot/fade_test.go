@@ -560,3 +560,34 @@ func TestFadeDepartureKeepsPublishedEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestFadeLayoutNoteNamesTheBounds: without fade_in.capacity,
+// /debug/snapshot names the weight sums within which the layout holds, and
+// the ring Envoy builds does change entries per endpoint exactly there.
+func TestFadeLayoutNoteNamesTheBounds(t *testing.T) {
+	entriesPerEndpoint := func(n int, capacity uint64) (uint64, []string) {
+		c := fadeCluster(model.PolicyRingHash, n, nil, 0)
+		c.FadeIn.Capacity = capacity
+		snap, err := Build(state(t, c), fadeT0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := decode(t, snap, KindEnvoy, c.Name)
+		var total uint64
+		d.Ring.(ringhash.Drawable).Entries(func(uint64, int) { total++ })
+		return total / uint64(n), snap.Notes[c.Name]
+	}
+	k, notes := entriesPerEndpoint(100, 0)
+	want := "laid out at 32 entries per unit of weight while endpoint weights sum to 65..128 (now 100)"
+	if k != 32 || !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
+		t.Fatalf("100 endpoints: %d entries each, notes %q; want 32 and %q", k, notes, want)
+	}
+	for n, wantK := range map[int]uint64{64: 64, 65: 32, 128: 32, 129: 16} {
+		if k, _ := entriesPerEndpoint(n, 0); k != wantK {
+			t.Errorf("%d endpoints: %d entries each, want %d", n, k, wantK)
+		}
+	}
+	if _, notes := entriesPerEndpoint(100, 256); slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "no fade_in.capacity") }) {
+		t.Fatalf("with a capacity the layout note still shows: %q", notes)
+	}
+}
