@@ -187,9 +187,10 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		var left []model.Departure
 		if c.FadeIn != nil {
+			gone := kubeDepartureTime(slicesOf(svc.Namespace, svc.Name), now)
 			for hp, ep := range known {
 				if !present[hp] {
-					left = append(left, model.Departure{Endpoint: ep, Gone: now})
+					left = append(left, model.Departure{Endpoint: ep, Gone: gone})
 					extend(ep.FirstSeen)
 				}
 			}
@@ -392,6 +393,26 @@ func kubeFamily(svc *corev1.Service, all []*discoveryv1.EndpointSlice) discovery
 // last-change-trigger-time (when the Pod change happened), else the newest
 // managedFields time (when the API server stored the write), else the
 // creation time.
+// kubeDepartureTime is when endpoints missing from a Service's slices at
+// now left: the latest change Kubernetes recorded on its slices (the
+// removal updated one of them), so that replicas agree, moved into
+// [now-fadein.FreezeLag, now] like a start, because the fade-in plan
+// trusts a departure to be learned within that lag. A removal that deleted
+// its slice leaves no trace; then it counts from now-fadein.FreezeLag.
+func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.Time {
+	earliest := now.Add(-fadein.FreezeLag)
+	gone := earliest
+	for _, sl := range slices {
+		if t := kubeSliceChangeTime(sl); t.After(gone) {
+			gone = t
+		}
+	}
+	if gone.After(now) {
+		return now // stamped by a clock ahead of ours
+	}
+	return gone
+}
+
 func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
 	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {

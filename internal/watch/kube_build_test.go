@@ -9,6 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -271,5 +272,36 @@ func TestKubeBuildNoDeparturesWithoutFadeIn(t *testing.T) {
 	f.kubeBuildSet(t0.Add(2*time.Second), "10.0.0.3")
 	if s, _, _ := b.build(f.svcs, f.slicesOf, t0.Add(2*time.Second)); s.Clusters[0].Departed != nil || len(b.departed) != 0 {
 		t.Fatalf("a cluster without fade-in recorded departures: %+v", s.Clusters[0].Departed)
+	}
+}
+
+// TestKubeBuildDepartureTimeFromSlices: a departure is dated by the slice
+// change Kubernetes recorded, so replicas that build at different moments
+// agree, moved into [now-fadein.FreezeLag, now] as a start is.
+func TestKubeBuildDepartureTimeFromSlices(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	joined := t0.Add(time.Hour)
+	removed := joined.Add(10 * time.Second)
+	for _, tc := range []struct {
+		name        string
+		built, want time.Time
+	}{
+		{"seen 1.5 s after the change", removed.Add(1500 * time.Millisecond), removed},
+		{"seen 5 s after the change", removed.Add(5 * time.Second), removed.Add(5*time.Second - fadein.FreezeLag)},
+		{"stamped ahead of our clock", removed.Add(-time.Second), removed.Add(-time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
+			f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
+			b := kubeNewBuilder()
+			b.build(f.svcs, f.slicesOf, t0)
+			f.kubeBuildSet(joined, "10.0.0.1", "10.0.0.2", "10.0.0.3")
+			b.build(f.svcs, f.slicesOf, joined)
+			f.kubeBuildSet(removed, "10.0.0.1", "10.0.0.3")
+			s, _, _ := b.build(f.svcs, f.slicesOf, tc.built)
+			if d := s.Clusters[0].Departed; len(d) != 1 || !d[0].Gone.Equal(tc.want) {
+				t.Fatalf("Departed %+v, want 10.0.0.2 gone at %v", d, tc.want)
+			}
+		})
 	}
 }
