@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ringxds/ringxds/internal/ringhash"
@@ -50,9 +51,10 @@ type RampPlan struct {
 const always int64 = math.MinInt64
 
 // PlanRamp decides how many ring entries each endpoint of a laid-out
-// ring_hash cluster holds at step (rounded down to the step grid). eps must
-// be in the order Envoy and grpc-go walk them, sorted by ring key; maxRing
-// is the cluster's maximum_ring_size.
+// ring_hash cluster holds at step (rounded down to the step grid). The
+// endpoints in EDS must be in the order Envoy and grpc-go walk them, sorted
+// by ring key; departed ones (Gone set) may be listed anywhere. maxRing is
+// the cluster's maximum_ring_size.
 //
 // An endpoint holding c entries holds its first c entry hashes, so a
 // fading endpoint gains entries in index order. For one new endpoint the
@@ -112,7 +114,44 @@ const exactJumpLimit = 2
 
 // planRamp is PlanRamp with the limit as a parameter; the fade-in
 // simulation also runs it with no limit, to show what exact order costs.
+//
+// The replay breaks ties by position, so it runs on the endpoints in one
+// canonical order, by key, start and departure: the walk order for the
+// endpoints in EDS, with departed ones where their keys fall. A caller
+// that lists a departed endpoint elsewhere (after the others, say) must
+// not get another plan than while it was there, or the plan before its
+// departure, already published, would change.
 func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
+	walkFirst := slices.IndexFunc(eps, func(ep RampEndpoint) bool { return ep.Gone.IsZero() })
+	perm := make([]int, len(eps))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortStableFunc(perm, func(a, b int) int {
+		return cmp.Or(strings.Compare(eps[a].Key, eps[b].Key), eps[a].Start.Compare(eps[b].Start), eps[a].Gone.Compare(eps[b].Gone))
+	})
+	canonical := make([]RampEndpoint, len(eps))
+	first := -1
+	for k, i := range perm {
+		canonical[k] = eps[i]
+		if i == walkFirst {
+			first = k
+		}
+	}
+	plan, err := planCanonical(canonical, first, curve, hash, maxRing, step, jumpLimit)
+	if err != nil {
+		return RampPlan{}, err
+	}
+	out := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps)), Next: plan.Next, Gradual: plan.Gradual}
+	for k, i := range perm {
+		out.Counts[i], out.Fading[i] = plan.Counts[k], plan.Fading[k]
+	}
+	return out, nil
+}
+
+// planCanonical plans eps in canonical order; first is the walk's first
+// endpoint (-1 for none), which must hold an entry.
+func planCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
 	step = StepTime(step)
 	stepAt := step.UnixNano()
 	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
@@ -163,7 +202,7 @@ func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRi
 	default:
 		replayChain(eps, appear, curve, hash, started, step, jumpLimit, &plan)
 	}
-	if first := slices.IndexFunc(eps, func(ep RampEndpoint) bool { return ep.Gone.IsZero() }); first >= 0 && appear[first] != nil {
+	if first >= 0 && appear[first] != nil {
 		appear[first][0] = always
 	}
 	for i, ep := range eps {

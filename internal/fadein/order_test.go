@@ -1,6 +1,7 @@
 package fadein
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -393,7 +394,11 @@ func TestPlanRampRemovalNeverTakesBackAnEntry(t *testing.T) {
 						cur = append(cur, ep)
 					}
 				}
-				slices.SortFunc(cur, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+				// Walk order for the endpoints in EDS, the departed ones after
+				// them, as the snapshot builder lists them.
+				slices.SortFunc(cur, func(a, b RampEndpoint) int {
+					return cmp.Or(cmp.Compare(a.Gone.UnixNano(), b.Gone.UnixNano()), strings.Compare(a.Key, b.Key))
+				})
 				plan, err := PlanRamp(cur, curve, ringhash.XXHash, 4096, now)
 				if err != nil {
 					t.Fatal(err)
@@ -450,5 +455,78 @@ func TestPlanRampGradualCountsStarts(t *testing.T) {
 	}
 	if plan.Gradual != 1 {
 		t.Fatalf("the same scale-up with a departure mid-fade: Gradual %d, want 1", plan.Gradual)
+	}
+}
+
+// TestPlanRampIgnoresWhereDepartedEndpointsAreListed: the replay breaks
+// ties by position, so a fading endpoint that leaves and is then listed
+// after the others (as the snapshot builder does) must not change the plan
+// made while it was listed in walk order. Found by review: z-045 held 30
+// entries at 20.1 s and, with f-050 appended once gone, 23 at 20.7 s.
+func TestPlanRampIgnoresWhereDepartedEndpointsAreListed(t *testing.T) {
+	curve := Curve{Duration: 20 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	m := RampEndpoint{Key: "m-001", Final: 64}
+	z := RampEndpoint{Key: "z-045", Final: 32, Start: ms(450)}
+	f := RampEndpoint{Key: "f-050", Final: 32, Start: ms(4732)}
+	r := RampEndpoint{Key: "r-052", Final: 64, Start: ms(10038)}
+	plan := func(at time.Time, eps ...RampEndpoint) RampPlan {
+		t.Helper()
+		p, err := PlanRamp(eps, curve, ringhash.XXHash, 4096, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	published := plan(ms(20100), f, m, r, z).Counts[3]
+	gone := f
+	gone.Gone = ms(20124)
+	for _, order := range [][]RampEndpoint{{gone, m, r, z}, {m, r, z, gone}, {m, gone, r, z}} {
+		p := plan(ms(20700), order...)
+		for i, ep := range order {
+			if ep.Key == "z-045" && p.Counts[i] < published {
+				t.Fatalf("listed as %v: z-045 went from %d to %d entries", order, published, p.Counts[i])
+			}
+		}
+	}
+
+	// More generally: departed endpoints anywhere in the list give the
+	// endpoints in EDS the same counts.
+	rng := rand.New(rand.NewPCG(3, 3))
+	for sc := range 30 {
+		var present, departed []RampEndpoint
+		for i := range 40 {
+			ep := RampEndpoint{Key: fmt.Sprintf("%c-%03d", 'a'+rng.IntN(26), i), Final: 16}
+			if i >= 25 {
+				ep.Start = t0.Add(time.Duration(rng.IntN(8000)) * time.Millisecond)
+			}
+			if rng.IntN(5) == 0 {
+				ep.Gone = t0.Add(time.Duration(9000+rng.IntN(6000)) * time.Millisecond)
+				departed = append(departed, ep)
+				continue
+			}
+			present = append(present, ep)
+		}
+		slices.SortFunc(present, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+		at := t0.Add(16 * time.Second)
+		want := plan(at, append(slices.Clone(present), departed...)...).Counts[:len(present)]
+		for range 5 {
+			eps := slices.Clone(present)
+			for _, d := range departed {
+				k := 1 + rng.IntN(len(eps)) // the walk's first endpoint stays first
+				eps = slices.Insert(eps, k, d)
+			}
+			p := plan(at, eps...)
+			var got []uint64
+			for i, ep := range eps {
+				if ep.Gone.IsZero() {
+					got = append(got, p.Counts[i])
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("scenario %d: departed endpoints listed elsewhere change the counts: %v, want %v", sc, got, want)
+			}
+		}
 	}
 }
