@@ -153,7 +153,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 	}
 	p.next = plan.Next
 	if plan.Gradual > 0 {
-		p.notes = append(p.notes, fmt.Sprintf("fade-in: %d scale-up(s) too large to bring in entry by entry in ring order without revealing most of it at one step: each new endpoint follows its own curve instead, so some keys pass between new endpoints before they settle", plan.Gradual))
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: the endpoints of %d start(s) (endpoints that turned ready within one second) follow their own curves: ring order would have brought in more than twice the curve's largest step at once, so some keys pass between new endpoints before they settle", plan.Gradual))
 	}
 	for i, ep := range eps {
 		fe := fadeEndpoint{weight: ep.Weight, fading: plan.Fading[i], start: ep.FirstSeen}
