@@ -362,6 +362,13 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		}
 	}
 	slices.SortFunc(ring, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
+	// ringAt[v] is where chain entry v sits in the ring.
+	ringAt := make([]int, n)
+	for k, e := range ring {
+		if e.idx >= 0 {
+			ringAt[id(e.node)] = k
+		}
+	}
 	// arc[v] is the share of the hash space open entry v owns once the
 	// endpoints known at the start being planned are all in: the keys that
 	// hop if v comes in after an entry behind it. Later starts must not
@@ -372,7 +379,11 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// one step are planned together (and, with FreezeLag, whichever of
 	// them the control plane learns of first publishes nothing that a
 	// sibling's arrival takes back).
-	startStep := func(v int) int64 { return StepTime(eps[nodes[v].ep].Start).UnixNano() }
+	epStartStep := make([]int64, len(eps))
+	for i, ep := range eps {
+		epStartStep[i] = StepTime(ep.Start).UnixNano()
+	}
+	startStep := func(v int) int64 { return epStartStep[nodes[v].ep] }
 	var steps []int64
 	for i := range eps {
 		if appear[i] != nil {
@@ -410,25 +421,44 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	// ahead holds, since the last entry that is in, the highest-index open
 	// entry of each endpoint met; gaps are short, so a slice beats a map.
 	var ahead []node
+	startOf := make([]int, len(eps)) // -1: no open entry at this event
+	for i := range startOf {
+		startOf[i] = -1
+	}
+	have := make([]int, len(eps))
+	var slots [][]int64
+	var openEps []int32
 	// gradualStarts holds the starts some of whose entries were planned
 	// on their own curves: a start is counted once however many later
 	// events (starts, departures) re-plan it.
 	gradualStarts := map[int64]bool{}
 	defer func() { stats.Gradual += len(gradualStarts) }()
+	// live holds the entries whose state may still change: an entry that
+	// is in stays in at every later event, and one whose endpoint has
+	// left stays out, so neither is looked at again.
+	live := make([]int32, n)
+	for v := range live {
+		live[v] = int32(v)
+	}
+	var openIDs []int32
 	for _, first := range steps {
 		frozenBy := first + int64(FreezeLag)
 		// here reports whether ep's entries are in the ring at this event:
 		// it has not left yet (endpoints not started are absent below).
 		here := func(ep int32) bool { return goneAt[ep] > first }
-		var openIDs []int32
-		for v := range nodes {
-			st := startStep(v)
+		// Edges and marks exist only on the last event's open entries.
+		for _, v := range openIDs {
+			succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
+		}
+		openIDs = openIDs[:0]
+		kept := live[:0]
+		for _, v := range live {
+			st := startStep(int(v))
 			if st == first {
-				*at(int32(v)) = curve[v]
+				*at(v) = curve[v]
 			}
 			if !here(nodes[v].ep) {
 				state[v] = absent
-				succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
 				continue
 			}
 			// Entries due within FreezeLag of the start may be out before
@@ -438,63 +468,72 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			switch {
 			case st > first:
 				state[v] = absent
-			case *at(int32(v)) <= frozenBy:
+			case *at(v) <= frozenBy:
 				state[v] = fixed
 			default:
 				state[v], floor[v] = open, frozenBy+int64(StepInterval)
 			}
 			if state[v] == open {
-				openIDs = append(openIDs, int32(v))
-				*at(int32(v)) = max(curve[v], floor[v])
+				openIDs = append(openIDs, v)
+				*at(v) = max(curve[v], floor[v])
 			}
-			succ[v], pred[v], indeg[v], done[v] = succ[v][:0], pred[v][:0], 0, false
+			if state[v] != fixed {
+				kept = append(kept, v)
+			}
 		}
+		live = kept
 
-		prevPos, havePrev := uint64(0), false
-		for k := range 2 * len(ring) { // twice round, so the first entry sees its predecessor
-			e := ring[k%len(ring)]
-			if !here(e.ep) || e.idx >= 0 && state[id(e.node)] == absent {
-				continue
+		// Only the open entries' neighbourhoods matter: each looks back to
+		// the entry before it (its arc) and to the last entry that is in
+		// (its gap). Walking back from each keeps an event's cost to the
+		// open entries and their gaps, not the whole ring, which a long
+		// chain of starts and departures would visit at every event.
+		skip := func(e entry) bool { return !here(e.ep) || e.idx >= 0 && state[id(e.node)] == absent }
+		isIn := func(e entry) bool { return here(e.ep) && (e.idx < 0 || state[id(e.node)] == fixed) }
+		back := func(k, step int) entry { return ring[((k-step)%len(ring)+len(ring))%len(ring)] }
+		for _, v := range openIDs {
+			k := ringAt[v]
+			prev := ring[k]
+			for step := 1; step <= len(ring); step++ {
+				if e := back(k, step); !skip(e) {
+					prev = e
+					break
+				}
 			}
-			if e.idx >= 0 && state[id(e.node)] == open && havePrev {
-				arc[id(e.node)] = e.pos - prevPos // wraps for the first
-			}
-			prevPos, havePrev = e.pos, true
+			arc[v] = ring[k].pos - prev.pos // wraps for the first
 		}
 
 		// Gap order among the open entries: between two entries that are
 		// in, an open entry waits for the open entries of other endpoints
 		// ahead of it (the highest index of each suffices; index order
-		// brings the lower ones in first).
-		isIn := func(e entry) bool { return here(e.ep) && (e.idx < 0 || state[id(e.node)] == fixed) }
+		// brings the lower ones in first). Edges are added in ring order
+		// from the first entry that is in, which fixes the order of each
+		// entry's successors.
 		if firstIn := slices.IndexFunc(ring, isIn); firstIn >= 0 {
-			ahead = ahead[:0]
-			for k := 1; k <= len(ring); k++ {
-				e := ring[(firstIn+k)%len(ring)]
-				if isIn(e) {
-					ahead = ahead[:0]
-					continue
-				}
-				if e.idx < 0 {
-					continue // an established endpoint's, gone by now
-				}
-				v := id(e.node)
-				if state[v] != open {
-					continue
-				}
-				mine := -1
-				for i, a := range ahead {
-					if a.ep == e.ep {
-						mine = i
+			byRing := slices.Clone(openIDs)
+			fromFirst := func(v int32) int { return (ringAt[v] - firstIn + len(ring)) % len(ring) }
+			slices.SortFunc(byRing, func(a, b int32) int { return cmp.Compare(fromFirst(a), fromFirst(b)) })
+			for _, v := range byRing {
+				mine := nodes[v]
+				ahead = ahead[:0]
+				for step := 1; step < len(ring); step++ {
+					e := back(ringAt[v], step)
+					if isIn(e) {
+						break
+					}
+					if e.idx < 0 || e.ep == mine.ep || state[id(e.node)] != open {
 						continue
 					}
-					succ[id(a)] = append(succ[id(a)], v)
+					i := slices.IndexFunc(ahead, func(a node) bool { return a.ep == e.ep })
+					switch {
+					case i < 0:
+						ahead = append(ahead, e.node)
+					case e.idx > ahead[i].idx:
+						ahead[i] = e.node
+					}
 				}
-				switch {
-				case mine < 0:
-					ahead = append(ahead, e.node)
-				case e.idx > ahead[mine].idx:
-					ahead[mine] = e.node
+				for _, a := range ahead {
+					succ[id(a)] = append(succ[id(a)], v)
 				}
 			}
 		}
@@ -516,14 +555,43 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		// its own entries, so the endpoints of a start keep to that start's
 		// curve in sum.
 		less := func(a, b int32) bool { return *at(a) < *at(b) || (*at(a) == *at(b) && a < b) }
-		slots := map[int64][]int64{}
+		// startOf[ep] numbers the starts of the endpoints with open
+		// entries; slots[s] are start s's curve steps, sorted, and taken[s]
+		// how many of them are handed out. have[ep] counts the entries of
+		// such an endpoint in or ordered so far.
+		for _, ep := range openEps {
+			startOf[ep] = -1
+		}
+		openEps = openEps[:0]
+		var starts []int64
+		slots = slots[:0]
 		for _, v := range openIDs {
-			st := eps[nodes[v].ep].Start.UnixNano()
-			slots[st] = append(slots[st], *at(v))
+			ep := nodes[v].ep
+			si := startOf[ep]
+			if si < 0 {
+				openEps = append(openEps, ep)
+				st := eps[ep].Start.UnixNano()
+				si = slices.Index(starts, st)
+				if si < 0 {
+					si = len(starts)
+					starts = append(starts, st)
+					slots = append(slots, nil)
+				}
+				startOf[ep] = si
+				fixedIn := 0
+				for w := base[ep]; w < base[ep+1]; w++ {
+					if state[w] == fixed {
+						fixedIn++
+					}
+				}
+				have[ep] = fixedIn
+			}
+			slots[si] = append(slots[si], *at(v))
 		}
 		for _, sl := range slots {
 			slices.Sort(sl)
 		}
+		taken := make([]int, len(starts))
 		byCurve := slices.Clone(openIDs)
 		slices.SortFunc(byCurve, func(a, b int32) int {
 			if less(a, b) {
@@ -534,15 +602,6 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			}
 			return 0
 		})
-		// have[ep] counts the entries of ep in or ordered so far; taken[st]
-		// the slots of start st handed out so far.
-		have := make(map[int32]int, 8)
-		for v := range nodes {
-			if state[v] == fixed {
-				have[nodes[v].ep]++
-			}
-		}
-		taken := map[int64]int{}
 		// behind is how many entries ep's own curve has in by step at,
 		// less what ep has: the endpoint the next slot serves best.
 		behind := func(ep int32, at int64) int {
@@ -588,8 +647,8 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 				// would get; then the one the curve wants first.
 				pick, best := -1, 0
 				for i, u := range ready {
-					st := eps[nodes[u].ep].Start.UnixNano()
-					b := behind(nodes[u].ep, slots[st][taken[st]])
+					si := startOf[nodes[u].ep]
+					b := behind(nodes[u].ep, slots[si][taken[si]])
 					if pick < 0 || b > best || (b == best && less(u, ready[pick])) {
 						pick, best = i, b
 					}
@@ -613,7 +672,7 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			done[v] = true
 			order = append(order, v)
 			have[nodes[v].ep]++
-			taken[eps[nodes[v].ep].Start.UnixNano()]++
+			taken[startOf[nodes[v].ep]]++
 			for _, w := range succ[v] {
 				if indeg[w]--; indeg[w] == 0 && !done[w] {
 					ready = append(ready, w)
@@ -626,11 +685,11 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		}
 		curveLargest := largestStep(openIDs, at)
 		assign := func() {
-			taken := map[int64]int{}
+			clear(taken)
 			for _, v := range order {
-				st := eps[nodes[v].ep].Start.UnixNano()
-				*at(v) = max(slots[st][taken[st]], floor[v])
-				taken[st]++
+				si := startOf[nodes[v].ep]
+				*at(v) = max(slots[si][taken[si]], floor[v])
+				taken[si]++
 			}
 		}
 		assign()

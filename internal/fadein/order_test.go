@@ -205,6 +205,39 @@ func BenchmarkPlanRampStaggered(b *testing.B) {
 	})
 }
 
+// BenchmarkPlanRampRollingRestart is the most expensive case: a rolling
+// restart of n endpoints of 4 entries, one replaced per second under a 30 s
+// fade, planned at its last step. Every fade overlaps the next, so the
+// chain reaches back to the first replacement and the replay visits each
+// departure and each start once: the cost grows with n squared.
+func BenchmarkPlanRampRollingRestart(b *testing.B) {
+	for _, n := range []int{100, 300, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			curve := Curve{Duration: 30 * time.Second, Exponent: 2.5}
+			t0 := time.Unix(1_780_000_000, 0)
+			var eps, gone []RampEndpoint
+			for i := range n {
+				eps = append(eps, RampEndpoint{Key: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1), Final: 4})
+			}
+			for i := range n {
+				at := t0.Add(time.Duration(i) * time.Second)
+				old := eps[i]
+				old.Gone = at
+				gone = append(gone, old)
+				eps[i] = RampEndpoint{Key: fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1), Final: 4, Start: at}
+			}
+			slices.SortFunc(eps, func(a, b RampEndpoint) int { return strings.Compare(a.Key, b.Key) })
+			all := append(eps, gone...)
+			at := t0.Add(time.Duration(n) * time.Second)
+			for b.Loop() {
+				if _, err := PlanRamp(all, curve, ringhash.XXHash, 4096, at); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestPlanRampNeverTakesBackAnEntry: random scale-ups whose endpoints start
 // at random times, each joining the plan only once the control plane learns
 // of it, up to 2 s (freezeLag) after its start, so endpoints may also become
