@@ -32,29 +32,22 @@ func batchYAMLKeys(all, serve []*testcp.Backend) string {
 	return b.String()
 }
 
-// TestFadeBatchWithHeldEntryGRPCAgrees scales 8 backends to 12 at once
-// (fade_in.capacity 16 keeps the layout: 256 entries each before and after)
-// and holds the fade at a step where the plan keeps a new backend below its
-// own curve: the entry its curve would add next is held back for ring
-// order. grpc-go's own xDS client must route 1000 keys, and keys chosen to
-// sit just before that held entry, exactly where /debug/pick says, move no
-// key between old backends, and, after the fade, move no key back to an old
-// one.
-func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
+// startBatch starts 12 backends and a control plane serving the first 8
+// on a settable clock, and routes keys through grpc-go's own xDS client.
+func startBatch(t *testing.T, timeout time.Duration) ([]*testcp.Backend, *clock, *testcp.ControlPlane, func(string) (string, error)) {
+	t.Helper()
 	backends := testcp.StartBackends(t, 12)
 	clk := &clock{}
 	cp := testcp.Start(t, testcp.TempFile(t, batchYAML(backends[:8])), testcp.WithClock(clk.Now))
 	client := dialXDS(t, cp.XDSAddr, "products")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	route := func(key string) (string, error) { return testcp.Call(ctx, client, "x-product-id", key) }
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return backends, clk, cp, func(key string) (string, error) { return testcp.Call(ctx, client, "x-product-id", key) }
+}
 
-	const keys = 1000
-	before, bad := sweep(t, cp, keys, route)
-	if bad != 0 {
-		t.Fatalf("before the scale-up %d/%d keys disagree", bad, keys)
-	}
-
+// scaleUpBatch serves all 12 backends and returns the new ones' fade start.
+func scaleUpBatch(t *testing.T, cp *testcp.ControlPlane, backends []*testcp.Backend) time.Time {
+	t.Helper()
 	testcp.WriteFile(t, cp.File, batchYAML(backends))
 	var start time.Time
 	testcp.WaitFor(t, 5*time.Second, "the new endpoints to fade in", func() bool {
@@ -64,6 +57,26 @@ func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
 		}
 		return false
 	})
+	return start
+}
+
+// TestFadeBatchWithHeldEntryGRPCAgrees scales 8 backends to 12 at once
+// (fade_in.capacity 16 keeps the layout: 256 entries each before and after)
+// and holds the fade at a step where the plan keeps a new backend below its
+// own curve: the entry its curve would add next is held back for ring
+// order. grpc-go's own xDS client must route 1000 keys, and keys chosen to
+// sit just before that held entry, exactly where /debug/pick says, move no
+// key between old backends, and, after the fade, move no key back to an old
+// one.
+func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
+	backends, clk, cp, route := startBatch(t, 90*time.Second)
+
+	const keys = 1000
+	before, bad := sweep(t, cp, keys, route)
+	if bad != 0 {
+		t.Fatalf("before the scale-up %d/%d keys disagree", bad, keys)
+	}
+	start := scaleUpBatch(t, cp, backends)
 
 	// Find, with the server's own planner and inputs, a step at which a
 	// new backend holds fewer entries than its own curve gives it.

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -19,26 +18,11 @@ import (
 // moves between old backends and none goes back from a new backend to an
 // old one: the plan replays the departures instead of taking entries back.
 func TestFadeDepartureMidFadeGRPCAgrees(t *testing.T) {
-	backends := testcp.StartBackends(t, 12)
-	clk := &clock{}
-	cp := testcp.Start(t, testcp.TempFile(t, batchYAML(backends[:8])), testcp.WithClock(clk.Now))
-	client := dialXDS(t, cp.XDSAddr, "products")
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	route := func(key string) (string, error) { return testcp.Call(ctx, client, "x-product-id", key) }
+	backends, clk, cp, route := startBatch(t, 120*time.Second)
 
 	const keys = 1000
 	before := sweepAgreed(t, cp, keys, route, "before the scale-up")
-
-	testcp.WriteFile(t, cp.File, batchYAML(backends))
-	var start time.Time
-	testcp.WaitFor(t, 5*time.Second, "the new endpoints to fade in", func() bool {
-		if st := cp.Server.Current().Fading["products"]; len(st) == 4 {
-			start = st[0].Start
-			return true
-		}
-		return false
-	})
+	start := scaleUpBatch(t, cp, backends)
 	curve := fadein.Curve{Duration: 6 * time.Second, Exponent: 0.5}
 	stepAt := func(m int) time.Time {
 		return fadein.StepTime(start).Add(time.Duration(m)*time.Second + 500*time.Millisecond)
