@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -535,6 +536,20 @@ func TestKubeSource(t *testing.T) {
 		}
 		if joined != 4 {
 			t.Fatalf("%d endpoints fade in, want the 4 that joined", joined)
+		}
+
+		// An endpoint leaving mid-fade: both replicas record the same
+		// departure, dated by the slice change rather than by their clocks.
+		sa.Endpoints = slices.DeleteFunc(sa.Endpoints, func(e discoveryv1.Endpoint) bool { return e.Addresses[0] == "10.9.0.2" })
+		kubeApplySlice(t, c, sa)
+		left := func(s model.State) bool { return len(kubeAddrs(s, KubeClusterName(ns, "a"))) == 5 }
+		s1 = r1.rec.waitFor(t, "replica 1 to see the departure", left)
+		s2 = r2.rec.waitFor(t, "replica 2 to see the departure", left)
+		if !reflect.DeepEqual(s1.Clusters, s2.Clusters) {
+			t.Fatalf("replicas differ after a departure:\n%+v\n%+v", s1.Clusters, s2.Clusters)
+		}
+		if d := s1.Clusters[0].Departed; len(d) != 1 || d[0].Endpoint.HostPort() != "10.9.0.2:8080" {
+			t.Fatalf("Departed %+v, want 10.9.0.2:8080", d)
 		}
 	})
 }
