@@ -488,14 +488,14 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 		// (its gap). Walking back from each keeps an event's cost to the
 		// open entries and their gaps, not the whole ring, which a long
 		// chain of starts and departures would visit at every event.
-		skip := func(e entry) bool { return !here(e.ep) || e.idx >= 0 && state[id(e.node)] == absent }
+		outOfRing := func(e entry) bool { return !here(e.ep) || e.idx >= 0 && state[id(e.node)] == absent }
 		isIn := func(e entry) bool { return here(e.ep) && (e.idx < 0 || state[id(e.node)] == fixed) }
-		back := func(k, step int) entry { return ring[((k-step)%len(ring)+len(ring))%len(ring)] }
+		back := func(k, dist int) entry { return ring[((k-dist)%len(ring)+len(ring))%len(ring)] }
 		for _, v := range openIDs {
 			k := ringAt[v]
 			prev := ring[k]
-			for step := 1; step <= len(ring); step++ {
-				if e := back(k, step); !skip(e) {
+			for dist := 1; dist <= len(ring); dist++ {
+				if e := back(k, dist); !outOfRing(e) {
 					prev = e
 					break
 				}
@@ -516,8 +516,8 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 			for _, v := range byRing {
 				mine := nodes[v]
 				ahead = ahead[:0]
-				for step := 1; step < len(ring); step++ {
-					e := back(ringAt[v], step)
+				for dist := 1; dist < len(ring); dist++ {
+					e := back(ringAt[v], dist)
 					if isIn(e) {
 						break
 					}
