@@ -387,7 +387,7 @@ func replayChain(eps []RampEndpoint, appear [][]int64, fadeCurve Curve, hash rin
 	var steps []int64
 	for i := range eps {
 		if appear[i] != nil {
-			steps = append(steps, StepTime(eps[i].Start).UnixNano())
+			steps = append(steps, epStartStep[i])
 		}
 	}
 	// A departure is an event too, from the step it left (a departure

@@ -170,17 +170,7 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			// established; later arrivals fade in from the time
 			// Kubernetes recorded for their slice change.
 			if !seen && served && c.FadeIn != nil {
-				// The fade-in plan trusts that a start is learned
-				// within fadein.FreezeLag and is not ahead of the
-				// clock; a slice change seen later, or stamped by a
-				// clock ahead of ours, is moved into that window.
-				first = e.changed
-				if earliest := now.Add(-fadein.FreezeLag); first.Before(earliest) {
-					first = earliest
-				}
-				if first.After(now) {
-					first = now
-				}
+				first = kubeFadeTime(e.changed, now)
 			}
 			e.ep.FirstSeen = first
 			extend(first)
@@ -388,31 +378,40 @@ func kubeFamily(svc *corev1.Service, all []*discoveryv1.EndpointSlice) discovery
 	return discoveryv1.AddressTypeIPv4
 }
 
+// kubeDepartureTime is when endpoints missing from a Service's slices at
+// now left: the latest change Kubernetes recorded on its slices (the
+// removal updated one of them), so that replicas agree, moved into the
+// window kubeFadeTime allows. A removal that deleted its slice leaves no
+// trace; then it counts from now-fadein.FreezeLag.
+func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.Time {
+	var latest time.Time
+	for _, sl := range slices {
+		if t := kubeSliceChangeTime(sl); t.After(latest) {
+			latest = t
+		}
+	}
+	return kubeFadeTime(latest, now)
+}
+
+// kubeFadeTime moves a recorded change into [now-fadein.FreezeLag, now]:
+// the fade-in plan trusts a start or a departure to be learned within that
+// lag and not to lie ahead of the clock, so one seen later, or stamped by a
+// clock ahead of ours, counts from the nearest end of the window.
+func kubeFadeTime(changed, now time.Time) time.Time {
+	if earliest := now.Add(-fadein.FreezeLag); changed.Before(earliest) {
+		return earliest
+	}
+	if changed.After(now) {
+		return now
+	}
+	return changed
+}
+
 // kubeSliceChangeTime is the time Kubernetes records for the slice's latest
 // change, the same in every replica: the EndpointSlice controller's
 // last-change-trigger-time (when the Pod change happened), else the newest
 // managedFields time (when the API server stored the write), else the
 // creation time.
-// kubeDepartureTime is when endpoints missing from a Service's slices at
-// now left: the latest change Kubernetes recorded on its slices (the
-// removal updated one of them), so that replicas agree, moved into
-// [now-fadein.FreezeLag, now] like a start, because the fade-in plan
-// trusts a departure to be learned within that lag. A removal that deleted
-// its slice leaves no trace; then it counts from now-fadein.FreezeLag.
-func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.Time {
-	earliest := now.Add(-fadein.FreezeLag)
-	gone := earliest
-	for _, sl := range slices {
-		if t := kubeSliceChangeTime(sl); t.After(gone) {
-			gone = t
-		}
-	}
-	if gone.After(now) {
-		return now // stamped by a clock ahead of ours
-	}
-	return gone
-}
-
 func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
 	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
