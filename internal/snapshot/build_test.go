@@ -101,20 +101,39 @@ func TestBuildClusterPerKind(t *testing.T) {
 			}},
 		}),
 	}
-	cluster := func(name string, policies ...*corev3.TypedExtensionConfig) *clusterv3.Cluster {
-		c := &clusterv3.Cluster{
+	bare := func(name string) *clusterv3.Cluster {
+		return &clusterv3.Cluster{
 			Name:                 name,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{
 				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 				ResourceApiVersion:    corev3.ApiVersion_V3,
 			}},
-			ConnectTimeout:      durationpb.New(5 * time.Second),
-			LoadBalancingPolicy: &clusterv3.LoadBalancingPolicy{},
+			ConnectTimeout: durationpb.New(5 * time.Second),
 		}
+	}
+	cluster := func(name string, policies ...*corev3.TypedExtensionConfig) *clusterv3.Cluster {
+		c := bare(name)
+		c.LoadBalancingPolicy = &clusterv3.LoadBalancingPolicy{}
 		for _, p := range policies {
 			c.LoadBalancingPolicy.Policies = append(c.LoadBalancingPolicy.Policies, &clusterv3.LoadBalancingPolicy_Policy{TypedExtensionConfig: p})
 		}
+		return c
+	}
+	// withLegacy adds the legacy ring_hash fields every gRPC kind but
+	// grpc-round-robin carries.
+	withLegacy := func(c *clusterv3.Cluster, min, max uint64) *clusterv3.Cluster {
+		c.LbPolicy = clusterv3.Cluster_RING_HASH
+		c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{
+			HashFunction:    clusterv3.Cluster_RingHashLbConfig_XX_HASH,
+			MinimumRingSize: wrapperspb.UInt64(min),
+			MaximumRingSize: wrapperspb.UInt64(max),
+		}}
+		return c
+	}
+	roundRobin := func(name string) *clusterv3.Cluster {
+		c := bare(name)
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 		return c
 	}
 
@@ -127,43 +146,53 @@ func TestBuildClusterPerKind(t *testing.T) {
 		name: "ring_hash defaults",
 		in:   model.Cluster{Name: "products", Endpoints: threeEndpoints()},
 		want: map[Kind]*clusterv3.Cluster{
-			KindEnvoy:     cluster("products", ringHash(4096, 4096)),
-			KindGRPC:      cluster("products", ringHash(4096, 4096)),
-			KindClientlib: cluster("products", ringHash(4096, 4096)),
+			KindEnvoy:          cluster("products", ringHash(4096, 4096)),
+			KindGRPC:           withLegacy(cluster("products", ringHash(4096, 4096)), 4096, 4096),
+			KindGRPCLegacy:     withLegacy(bare("products"), 4096, 4096),
+			KindGRPCRoundRobin: roundRobin("products"),
+			KindClientlib:      cluster("products", ringHash(4096, 4096)),
 		},
 	}, {
 		name: "ring_hash explicit sizes",
 		in:   model.Cluster{Name: "products", MinRingSize: 1024, MaxRingSize: 2048, Endpoints: threeEndpoints()},
 		want: map[Kind]*clusterv3.Cluster{
-			KindEnvoy:     cluster("products", ringHash(1024, 2048)),
-			KindGRPC:      cluster("products", ringHash(1024, 2048)),
-			KindClientlib: cluster("products", ringHash(1024, 2048)),
+			KindEnvoy:          cluster("products", ringHash(1024, 2048)),
+			KindGRPC:           withLegacy(cluster("products", ringHash(1024, 2048)), 1024, 2048),
+			KindGRPCLegacy:     withLegacy(bare("products"), 1024, 2048),
+			KindGRPCRoundRobin: roundRobin("products"),
+			KindClientlib:      cluster("products", ringHash(1024, 2048)),
 		},
 	}, {
 		name: "maglev reaches grpc as ring_hash",
 		in:   model.Cluster{Name: "carts", Policy: model.PolicyMaglev, Endpoints: threeEndpoints()},
 		want: map[Kind]*clusterv3.Cluster{
-			KindEnvoy:     cluster("carts", maglev(65537)),
-			KindGRPC:      cluster("carts", ringHash(4096, 4096)),
-			KindClientlib: cluster("carts", maglev(65537)),
+			KindEnvoy:          cluster("carts", maglev(65537)),
+			KindGRPC:           withLegacy(cluster("carts", ringHash(4096, 4096)), 4096, 4096),
+			KindGRPCLegacy:     withLegacy(bare("carts"), 4096, 4096),
+			KindGRPCRoundRobin: roundRobin("carts"),
+			KindClientlib:      cluster("carts", maglev(65537)),
 		},
 		notes: []string{"maglev is published to grpc clients as ring_hash"},
 	}, {
 		name: "maglev table size",
 		in:   model.Cluster{Name: "carts", Policy: model.PolicyMaglev, TableSize: 131, Endpoints: threeEndpoints()},
 		want: map[Kind]*clusterv3.Cluster{
-			KindEnvoy:     cluster("carts", maglev(131)),
-			KindGRPC:      cluster("carts", ringHash(4096, 4096)),
-			KindClientlib: cluster("carts", maglev(131)),
+			KindEnvoy:          cluster("carts", maglev(131)),
+			KindGRPC:           withLegacy(cluster("carts", ringHash(4096, 4096)), 4096, 4096),
+			KindGRPCLegacy:     withLegacy(bare("carts"), 4096, 4096),
+			KindGRPCRoundRobin: roundRobin("carts"),
+			KindClientlib:      cluster("carts", maglev(131)),
 		},
 		notes: []string{"maglev is published to grpc clients as ring_hash"},
 	}, {
 		name: "skipper: envoy ring_hash, others custom policy then ring_hash",
 		in:   model.Cluster{Name: "search", Policy: model.PolicySkipper, Endpoints: threeEndpoints()},
 		want: map[Kind]*clusterv3.Cluster{
-			KindEnvoy:     cluster("search", ringHash(4096, 4096)),
-			KindGRPC:      cluster("search", skipper, ringHash(4096, 4096)),
-			KindClientlib: cluster("search", skipper, ringHash(4096, 4096)),
+			KindEnvoy:          cluster("search", ringHash(4096, 4096)),
+			KindGRPC:           withLegacy(cluster("search", skipper, ringHash(4096, 4096)), 4096, 4096),
+			KindGRPCLegacy:     withLegacy(bare("search"), 4096, 4096),
+			KindGRPCRoundRobin: roundRobin("search"),
+			KindClientlib:      cluster("search", skipper, ringHash(4096, 4096)),
 		},
 		notes: []string{"skipper is published to envoy clients as ring_hash", "grpc-go runs ring_hash unless a ringxds.skipper balancer is registered"},
 	}}
@@ -173,9 +202,9 @@ func TestBuildClusterPerKind(t *testing.T) {
 			for kind, want := range tt.want {
 				got := snap.Kinds[kind][resourcev3.ClusterType][tt.in.Name]
 				assertProto(t, string(kind), got, want)
-				if c := got.(*clusterv3.Cluster); c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN || c.GetRingHashLbConfig() != nil || c.GetMaglevLbConfig() != nil {
-					t.Errorf("%s: legacy lb fields set next to load_balancing_policy", kind)
-				}
+			}
+			if len(tt.want) != len(AllKinds()) {
+				t.Errorf("the case covers %d of %d kinds", len(tt.want), len(AllKinds()))
 			}
 			assertNotes(t, snap.Notes[tt.in.Name], tt.notes)
 		})
@@ -358,8 +387,8 @@ func TestBuildValidateAll(t *testing.T) {
 			}
 		}
 	}
-	// 3 clusters x (envoy CDS+EDS, grpc and clientlib CDS+EDS+LDS+RDS).
-	if want := 3 * (2 + 4 + 4); n != want {
+	// 3 clusters x (envoy CDS+EDS, each of 4 proxyless kinds CDS+EDS+LDS+RDS).
+	if want := 3 * (2 + 4*4); n != want {
 		t.Errorf("validated %d resources, want %d", n, want)
 	}
 }

@@ -40,24 +40,62 @@ const connectTimeout = 5 * time.Second
 
 // buildCluster translates a cluster into the CDS resource served to kind.
 // fade, when not nil, may replace the ring size for the current step.
+//
+// The kinds differ in where the policy goes (docs/grpc-clients.md):
+//   - Envoy and the client library read the typed load_balancing_policy
+//     list alone.
+//   - KindGRPC gets the typed list and, with the same ring sizes, the
+//     legacy lb_policy + ring_hash_lb_config. Clients with gRFC A52 (grpc-go
+//     v1.56, C-core 1.55, grpc-java 1.47 and later) take the typed list and
+//     ignore the rest; older ones and those with A52 switched off read the
+//     legacy fields instead of falling back to round_robin. grpc-go checks
+//     the legacy fields first (xdsresource/unmarshal_cds.go), so they are
+//     always valid.
+//   - KindGRPCLegacy gets the legacy fields only: grpc-js-xds NACKs a typed
+//     RingHash with explicit sizes but reads the legacy ones correctly.
+//   - KindGRPCRoundRobin asks for round_robin: its clients crash in
+//     ring_hash.
 func buildCluster(c *model.Cluster, kind Kind, fade *fadePlan) (*clusterv3.Cluster, []string, error) {
-	policies, notes, err := lbPolicies(c, kind, fade)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &clusterv3.Cluster{
+	cl := &clusterv3.Cluster{
 		Name:                 c.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
 			EdsConfig: adsConfigSource(),
 		},
 		ConnectTimeout: durationpb.New(connectTimeout),
-		// Only the typed load_balancing_policy is set: Envoy ignores
-		// lb_policy when it is present, and grpc-go would evaluate the legacy
-		// field first (unmarshal_cds.go), so leaving lb_policy at its zero
-		// value keeps one source of truth.
-		LoadBalancingPolicy: &clusterv3.LoadBalancingPolicy{Policies: policies},
-	}, notes, nil
+	}
+	if kind == KindGRPCRoundRobin {
+		cl.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+		return cl, nil, nil
+	}
+	if kind == KindGRPC || kind == KindGRPCLegacy {
+		minSize, maxSize := ringSizes(c, fade)
+		cl.LbPolicy = clusterv3.Cluster_RING_HASH
+		cl.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{
+			HashFunction:    clusterv3.Cluster_RingHashLbConfig_XX_HASH,
+			MinimumRingSize: wrapperspb.UInt64(minSize),
+			MaximumRingSize: wrapperspb.UInt64(maxSize),
+		}}
+		if kind == KindGRPCLegacy {
+			return cl, nil, nil
+		}
+	}
+	policies, notes, err := lbPolicies(c, kind, fade)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl.LoadBalancingPolicy = &clusterv3.LoadBalancingPolicy{Policies: policies}
+	return cl, notes, nil
+}
+
+// ringSizes are the ring_hash sizes published for the cluster: as
+// configured, or, when laid out for fade-in, exactly the planned entries
+// (fadein.ExactWeights).
+func ringSizes(c *model.Cluster, fade *fadePlan) (minSize, maxSize uint64) {
+	if fade != nil && fade.layout {
+		return fade.ringSize, fade.ringSize
+	}
+	return c.MinRingSize, c.MaxRingSize
 }
 
 // adsConfigSource points a client at the ADS stream it is already on.
@@ -110,12 +148,7 @@ func lbPolicies(c *model.Cluster, kind Kind, fade *fadePlan) ([]*clusterv3.LoadB
 		var cfg proto.Message
 		switch name {
 		case PolicyNameRingHash:
-			minSize, maxSize := c.MinRingSize, c.MaxRingSize
-			if fade != nil && fade.layout {
-				// Laid out for fade-in: the ring has exactly the planned
-				// entries (fadein.ExactWeights).
-				minSize, maxSize = fade.ringSize, fade.ringSize
-			}
+			minSize, maxSize := ringSizes(c, fade)
 			cfg = &ringhashv3.RingHash{
 				// grpc-go rejects anything but XX_HASH, DEFAULT_HASH included
 				// (v1.85.0 xdslbregistry/converter: convertRingHashProtoToServiceConfig,

@@ -38,6 +38,8 @@ type Decoded struct {
 	// indices into this slice.
 	Endpoints []DecodedEndpoint
 	Ring      ringhash.Ring
+	// Dialect names the implementation whose ring this is (Dialect.Name).
+	Dialect string
 }
 
 // DecodedEndpoint is one endpoint of a Decoded cluster.
@@ -74,6 +76,15 @@ func undecodable(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUndecodable, fmt.Sprintf(format, args...))
 }
 
+// ErrNotConsistentHash is wrapped by every Decode error about a cluster the
+// data plane runs with a policy that has no ring, such as round_robin:
+// keys are then spread at random.
+var ErrNotConsistentHash = errors.New("not a consistent hash")
+
+func notConsistent(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: %s runs instead", ErrUndecodable, ErrNotConsistentHash, fmt.Sprintf(format, args...))
+}
+
 // Type URLs of the policies Decode interprets.
 const (
 	typeURLRingHash      = "type.googleapis.com/envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash"
@@ -92,22 +103,36 @@ type ringPolicy struct {
 	minUnset, maxUnset bool
 }
 
-// Decode builds the ring that a data plane of the given kind builds from a
+// Decode builds the ring the implementation a kind is chosen for builds
+// from a published Cluster and its ClusterLoadAssignment: DecodeAs with
+// kind.Dialect().
+func Decode(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, kind Kind) (*Decoded, error) {
+	switch kind {
+	case KindEnvoy, KindGRPC, KindGRPCLegacy, KindGRPCRoundRobin, KindClientlib:
+	default:
+		return nil, undecodable("unknown kind %q", kind)
+	}
+	return DecodeAs(cds, cla, kind.Dialect())
+}
+
+// DecodeAs builds the ring that a data plane of dialect d builds from a
 // published Cluster and its ClusterLoadAssignment:
 //
-//   - KindEnvoy: the first load_balancing_policy entry Envoy supports (or the
-//     legacy lb_policy), ring_hash walking hosts in EDS order, or Maglev.
-//   - KindGRPC: grpc-go v1.85.0's rules: custom TypedStruct and Maglev
-//     entries are skipped, ring_hash must use XX_HASH, endpoints are sorted
-//     by key, the ring is capped at ringhash.GRPCRingHashCap and weights are the
-//     gRFC A113 fixed-point products.
-//   - KindClientlib: Maglev, Skipper through the ringxds.skipper TypedStruct,
-//     else ring_hash as Envoy builds it.
+//   - the policy is the first load_balancing_policy entry d runs (when d
+//     reads that list and it is set), else the legacy lb_policy;
+//   - ring_hash walks the endpoints in EDS order or sorted by key, hashes
+//     hash_key or the address, and weighs them by d.Weights, within d's
+//     ring size cap;
+//   - Maglev and Skipper as Envoy and the client library build them.
+//
+// A policy that is not a consistent hash (round_robin, say) is an error
+// wrapping ErrNotConsistentHash; resources d would NACK give an error
+// wrapping ErrUndecodable.
 //
 // Only priority 0 is decoded (other priorities are failover, each with its
 // own ring), and only endpoints whose health is HEALTHY or UNKNOWN, the ones
-// both Envoy and grpc-go put on the ring while the cluster is healthy.
-func Decode(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, kind Kind) (*Decoded, error) {
+// every data plane puts on the ring while the cluster is healthy.
+func DecodeAs(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d Dialect) (*Decoded, error) {
 	if cds == nil || cla == nil {
 		return nil, undecodable("need both a cluster and its load assignment")
 	}
@@ -118,77 +143,76 @@ func Decode(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, kind 
 	if cla.GetClusterName() != edsName {
 		return nil, undecodable("cluster %q reads endpoints %q, given %q", cds.GetName(), edsName, cla.GetClusterName())
 	}
-	switch kind {
-	case KindEnvoy, KindGRPC, KindClientlib:
-	default:
-		return nil, undecodable("unknown kind %q", kind)
-	}
-
-	pol, err := selectPolicy(cds, kind)
+	pol, err := selectPolicy(cds, d)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %q, %s: %w", cds.GetName(), kind, err)
+		return nil, fmt.Errorf("cluster %q, %s: %w", cds.GetName(), d.Name, err)
 	}
-	d := &Decoded{Cluster: cds.GetName(), Policy: pol.name}
-	members, err := decodeEndpoints(cla, kind, d)
+	out := &Decoded{Cluster: cds.GetName(), Policy: pol.name, Dialect: d.Name}
+	members, err := decodeEndpoints(cla, d, out)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", cds.GetName(), err)
 	}
-	if len(d.Endpoints) == 0 {
+	if len(out.Endpoints) == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", cds.GetName(), undecodable("no healthy endpoints at priority 0"))
 	}
+	if out.Ring, err = buildRing(pol, d, out.Endpoints, members); err != nil {
+		return nil, fmt.Errorf("cluster %q: %s ring: %w", cds.GetName(), pol.name, err)
+	}
+	return out, nil
+}
 
-	eps := make([]ringhash.Endpoint, len(d.Endpoints))
-	for i, ep := range d.Endpoints {
+// buildRing builds the ring of the selected policy over the decoded
+// endpoints, as dialect d does.
+func buildRing(pol ringPolicy, d Dialect, decoded []DecodedEndpoint, members []member) (ringhash.Ring, error) {
+	eps := make([]ringhash.Endpoint, len(decoded))
+	for i, ep := range decoded {
 		eps[i] = ringhash.Endpoint{Key: ep.HashKey, Weight: members[i].weight}
-		if eps[i].Key == "" {
-			eps[i].Key = ep.Addr
+		if eps[i].Key == "" || !d.HashKey {
+			eps[i].Key = d.KeyPrefix + ep.Addr
 		}
 	}
 	switch pol.name {
-	case ringhash.PolicyRingHash:
-		opts := ringhash.RingHashOptions{Hash: pol.hash, MinRingSize: pol.minSize, MaxRingSize: pol.maxSize}
-		if kind == KindGRPC {
-			// grpc-go: balancer/ringhash/ring.go sorts by key; its xDS
-			// converter defaults unset sizes to 1024 and 8M
-			// (xdslbregistry/converter), then balancer/ringhash/config.go
-			// caps both at GRPC_RING_HASH_CAP, 4096 by default.
-			opts.SortByKey = true
-			if pol.minUnset {
-				opts.MinRingSize = ringhash.DefaultMinRingSize
-			}
-			if pol.maxUnset {
-				opts.MaxRingSize = ringhash.DefaultMaxRingSize
-			}
-			opts.MinRingSize = min(opts.MinRingSize, ringhash.GRPCRingHashCap)
-			opts.MaxRingSize = min(opts.MaxRingSize, ringhash.GRPCRingHashCap)
-		}
-		d.Ring, err = ringhash.NewRingHash(eps, opts)
 	case ringhash.PolicyMaglev:
-		d.Ring, err = ringhash.NewMaglev(eps, pol.tableSize)
+		return ringhash.NewMaglev(eps, pol.tableSize)
 	case ringhash.PolicySkipper:
-		for i, ep := range d.Endpoints {
+		for i, ep := range decoded {
 			// Skipper's ring is unweighted; the weights published for the
 			// ring_hash fallback do not apply to it.
 			eps[i] = ringhash.Endpoint{Key: ringhash.SkipperIdentity(ep.Scheme, members[i].host, members[i].port)}
 		}
-		d.Ring, err = ringhash.NewSkipper(eps)
+		return ringhash.NewSkipper(eps)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster %q: %s ring: %w", cds.GetName(), pol.name, err)
+	opts := ringhash.RingHashOptions{Hash: pol.hash, MinRingSize: pol.minSize, MaxRingSize: pol.maxSize, SortByKey: d.SortByKey}
+	if d.GRPC {
+		// Every gRPC xDS client defaults unset sizes to 1024 and 8M
+		// (grpc-go xdslbregistry/converter, C-core xds_cluster.cc,
+		// grpc-js-xds cluster resource), then caps both at its ring size
+		// cap, 4096 by default (grpc-go GRPC_RING_HASH_CAP, the
+		// grpc.lb.ring_hash.ring_size_cap channel argument elsewhere).
+		if pol.minUnset {
+			opts.MinRingSize = ringhash.DefaultMinRingSize
+		}
+		if pol.maxUnset {
+			opts.MaxRingSize = ringhash.DefaultMaxRingSize
+		}
 	}
-	return d, nil
+	if d.RingCap > 0 {
+		opts.MinRingSize = min(opts.MinRingSize, d.RingCap)
+		opts.MaxRingSize = min(opts.MaxRingSize, d.RingCap)
+	}
+	return ringhash.NewRingHash(eps, opts)
 }
 
-// selectPolicy picks the policy the kind of data plane runs. Each data
+// selectPolicy picks the policy a data plane of dialect d runs. Each data
 // plane walks load_balancing_policy in order and takes the first entry it
 // supports; an entry it supports but that is no consistent hash (round
 // robin, say) is an error here because it has no ring.
-func selectPolicy(cds *clusterv3.Cluster, kind Kind) (ringPolicy, error) {
-	if lbp := cds.GetLoadBalancingPolicy(); lbp != nil {
+func selectPolicy(cds *clusterv3.Cluster, d Dialect) (ringPolicy, error) {
+	if lbp := cds.GetLoadBalancingPolicy(); lbp != nil && d.LoadBalancingPolicy {
 		var skipped []string
 		for _, p := range lbp.GetPolicies() {
 			cfg := p.GetTypedExtensionConfig().GetTypedConfig()
-			pol, ok, err := decodePolicy(cfg, kind)
+			pol, ok, err := decodePolicy(cfg, d)
 			if err != nil {
 				return ringPolicy{}, fmt.Errorf("policy %q: %w", p.GetTypedExtensionConfig().GetName(), err)
 			}
@@ -207,8 +231,8 @@ func selectPolicy(cds *clusterv3.Cluster, kind Kind) (ringPolicy, error) {
 		switch rh.GetHashFunction() {
 		case clusterv3.Cluster_RingHashLbConfig_XX_HASH:
 		case clusterv3.Cluster_RingHashLbConfig_MURMUR_HASH_2:
-			if kind == KindGRPC {
-				return ringPolicy{}, undecodable("grpc-go requires hash_function XX_HASH, got MURMUR_HASH_2")
+			if d.GRPC {
+				return ringPolicy{}, undecodable("gRPC clients require hash_function XX_HASH, got MURMUR_HASH_2")
 			}
 			pol.hash = ringhash.MurmurHash2
 		default:
@@ -216,12 +240,12 @@ func selectPolicy(cds *clusterv3.Cluster, kind Kind) (ringPolicy, error) {
 		}
 		return pol, nil
 	case clusterv3.Cluster_MAGLEV:
-		if kind == KindGRPC {
-			return ringPolicy{}, undecodable("grpc-go NACKs lb_policy MAGLEV")
+		if !d.Maglev {
+			return ringPolicy{}, undecodable("%s NACKs lb_policy MAGLEV", d.Name)
 		}
 		return ringPolicy{name: ringhash.PolicyMaglev, tableSize: cds.GetMaglevLbConfig().GetTableSize().GetValue()}, nil
 	default:
-		return ringPolicy{}, undecodable("lb_policy %v is not a consistent hash", cds.GetLbPolicy())
+		return ringPolicy{}, notConsistent("lb_policy %v", cds.GetLbPolicy())
 	}
 }
 
@@ -239,26 +263,30 @@ func ringHashPolicy(minSize, maxSize *wrapperspb.UInt64Value) ringPolicy {
 }
 
 // decodePolicy interprets one load_balancing_policy entry. ok is false when
-// the kind of data plane skips the entry.
-func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error) {
+// a data plane of dialect d skips the entry.
+func decodePolicy(cfg *anypb.Any, d Dialect) (pol ringPolicy, ok bool, err error) {
 	switch cfg.GetTypeUrl() {
 	case typeURLRingHash:
 		rh := &ringhashv3.RingHash{}
 		if err := cfg.UnmarshalTo(rh); err != nil {
 			return ringPolicy{}, false, fmt.Errorf("%w: %w", ErrUndecodable, err)
 		}
+		if d.TypedRingSizesRejected && (rh.GetMinimumRingSize() != nil || rh.GetMaximumRingSize() != nil) {
+			return ringPolicy{}, false, undecodable("%s NACKs a typed RingHash with explicit ring sizes (\"min_ring_size must be a number\")", d.Name)
+		}
 		pol = ringHashPolicy(rh.GetMinimumRingSize(), rh.GetMaximumRingSize())
 		switch rh.GetHashFunction() {
 		case ringhashv3.RingHash_XX_HASH:
 		case ringhashv3.RingHash_DEFAULT_HASH:
-			// Envoy reads DEFAULT_HASH as xxHash; grpc-go NACKs it
-			// (xdslbregistry/converter convertRingHashProtoToServiceConfig).
-			if kind == KindGRPC {
-				return ringPolicy{}, false, undecodable("grpc-go requires hash_function XX_HASH, got DEFAULT_HASH")
+			// Envoy reads DEFAULT_HASH as xxHash; grpc-go, grpc-js and
+			// grpc-java NACK it (grpc-go xdslbregistry/converter
+			// convertRingHashProtoToServiceConfig).
+			if d.GRPC {
+				return ringPolicy{}, false, undecodable("gRPC clients require hash_function XX_HASH, got DEFAULT_HASH")
 			}
 		case ringhashv3.RingHash_MURMUR_HASH_2:
-			if kind == KindGRPC {
-				return ringPolicy{}, false, undecodable("grpc-go requires hash_function XX_HASH, got MURMUR_HASH_2")
+			if d.GRPC {
+				return ringPolicy{}, false, undecodable("gRPC clients require hash_function XX_HASH, got MURMUR_HASH_2")
 			}
 			pol.hash = ringhash.MurmurHash2
 		default:
@@ -266,8 +294,8 @@ func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error
 		}
 		return pol, true, nil
 	case typeURLMaglev:
-		if kind == KindGRPC {
-			// grpc-go registers no converter for Maglev and moves on.
+		if !d.Maglev {
+			// gRPC clients register no converter for Maglev and move on.
 			return ringPolicy{}, false, nil
 		}
 		m := &maglevv3.Maglev{}
@@ -276,24 +304,13 @@ func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error
 		}
 		return ringPolicy{name: ringhash.PolicyMaglev, tableSize: m.GetTableSize().GetValue()}, true, nil
 	case typeURLTypedStructV3, typeURLTypedStructV1:
-		var typeURL string
-		if cfg.GetTypeUrl() == typeURLTypedStructV3 {
-			ts := &xdstypev3.TypedStruct{}
-			if err := cfg.UnmarshalTo(ts); err != nil {
-				return ringPolicy{}, false, fmt.Errorf("%w: %w", ErrUndecodable, err)
-			}
-			typeURL = ts.GetTypeUrl()
-		} else {
-			ts := &udpatypev1.TypedStruct{}
-			if err := cfg.UnmarshalTo(ts); err != nil {
-				return ringPolicy{}, false, fmt.Errorf("%w: %w", ErrUndecodable, err)
-			}
-			typeURL = ts.GetTypeUrl()
+		typeURL, err := typedStructURL(cfg)
+		if err != nil {
+			return ringPolicy{}, false, err
 		}
-		// grpc-go and Envoy name a custom policy by the part of type_url
-		// after the last '/' and skip it when nothing by that name exists.
-		// Only the client library has ringxds.skipper.
-		if kind == KindClientlib && typeURL[strings.LastIndex(typeURL, "/")+1:] == PolicyNameSkipper {
+		// Every data plane names a custom policy by the part of type_url
+		// after the last '/' and skips it when nothing by that name exists.
+		if d.Skipper && typeURL[strings.LastIndex(typeURL, "/")+1:] == PolicyNameSkipper {
 			return ringPolicy{name: ringhash.PolicySkipper}, true, nil
 		}
 		return ringPolicy{}, false, nil
@@ -301,10 +318,27 @@ func decodePolicy(cfg *anypb.Any, kind Kind) (pol ringPolicy, ok bool, err error
 		if strings.HasPrefix(cfg.GetTypeUrl(), "type.googleapis.com/envoy.extensions.load_balancing_policies.") {
 			// A policy every data plane here runs (round robin, least
 			// request, ...), but not one with a ring.
-			return ringPolicy{}, false, undecodable("%s is not a consistent hash", cfg.GetTypeUrl())
+			return ringPolicy{}, false, notConsistent("%s", cfg.GetTypeUrl())
 		}
 		return ringPolicy{}, false, nil
 	}
+}
+
+// typedStructURL returns the type_url inside a TypedStruct of either
+// version.
+func typedStructURL(cfg *anypb.Any) (string, error) {
+	if cfg.GetTypeUrl() == typeURLTypedStructV3 {
+		ts := &xdstypev3.TypedStruct{}
+		if err := cfg.UnmarshalTo(ts); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrUndecodable, err)
+		}
+		return ts.GetTypeUrl(), nil
+	}
+	ts := &udpatypev1.TypedStruct{}
+	if err := cfg.UnmarshalTo(ts); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	return ts.GetTypeUrl(), nil
 }
 
 // member is what a ring needs of an endpoint beyond DecodedEndpoint.
@@ -314,9 +348,10 @@ type member struct {
 	weight uint32 // the weight this kind's ring uses
 }
 
-// decodeEndpoints fills d.Endpoints from the priority-0 healthy endpoints
-// and returns their ring members, index for index.
-func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment, kind Kind, d *Decoded) ([]member, error) {
+// decodeEndpoints fills out.Endpoints from the priority-0 healthy endpoints
+// and returns their ring members, index for index, weighted as dialect d
+// weighs them.
+func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment, d Dialect, out *Decoded) ([]member, error) {
 	var localityWeightSum uint64
 	for _, loc := range cla.GetEndpoints() {
 		if loc.GetPriority() == 0 {
@@ -329,12 +364,13 @@ func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment, kind Kind, d *Decode
 			continue
 		}
 		lw := loc.GetLoadBalancingWeight().GetValue()
-		if kind == KindGRPC && lw == 0 {
-			// grpc-go ignores localities of weight 0 (unmarshal_eds.go).
+		if d.Weights != WeightsEndpoint && lw == 0 {
+			// gRPC clients drop localities without a weight (grpc-go
+			// unmarshal_eds.go, C-core xds_endpoint.cc, grpc-js-xds).
 			continue
 		}
-		// grpc-go normalizes by the weight of every endpoint of the
-		// locality, unhealthy ones included.
+		// A113 normalizes by the weight of every endpoint of the locality,
+		// unhealthy ones included.
 		var sum uint64
 		first := len(members)
 		for ei, lbe := range loc.GetLbEndpoints() {
@@ -345,11 +381,12 @@ func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment, kind Kind, d *Decode
 			sum += uint64(ep.Weight)
 			switch lbe.GetHealthStatus() {
 			case corev3.HealthStatus_HEALTHY, corev3.HealthStatus_UNKNOWN:
-				d.Endpoints = append(d.Endpoints, ep)
+				out.Endpoints = append(out.Endpoints, ep)
 				members = append(members, m)
 			}
 		}
-		if kind == KindGRPC {
+		switch d.Weights {
+		case WeightsA113:
 			// gRFC A113 as grpc-go v1.85.0 computes it
 			// (internal/xds/balancer/cdsbalancer/configbuilder.go,
 			// priorityLocalitiesToEndpoints): UQ1.31 fixed-point
@@ -359,6 +396,12 @@ func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment, kind Kind, d *Decode
 			for i := first; i < len(members); i++ {
 				w := uint32(uint64(fixedPoint(uint64(members[i].weight), sum)) * uint64(lfp) >> 31)
 				members[i].weight = max(w, 1)
+			}
+		case WeightsLocalityProduct:
+			// C-core multiplies in uint32 and lets it wrap
+			// (xds_cluster_resolver.cc, cds.cc PriorityEndpointIterator).
+			for i := first; i < len(members); i++ {
+				members[i].weight *= lw
 			}
 		}
 	}
@@ -470,6 +513,11 @@ func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignmen
 		if err := cfg.UnmarshalTo(rh); err != nil {
 			return false
 		}
+		return rh.GetMinimumRingSize().GetValue() == step && rh.GetMaximumRingSize().GetValue() == step
+	}
+	if cds.GetLbPolicy() == clusterv3.Cluster_RING_HASH {
+		// A Cluster served in the legacy fields only (KindGRPCLegacy).
+		rh := cds.GetRingHashLbConfig()
 		return rh.GetMinimumRingSize().GetValue() == step && rh.GetMaximumRingSize().GetValue() == step
 	}
 	return true

@@ -119,6 +119,12 @@ func TestDecodeRoundTrip(t *testing.T) {
 			c.TableSize = 1031
 		}
 		if rng.IntN(2) == 0 {
+			// No hash keys: grpc-js's ring must match too.
+			for j := range c.Endpoints {
+				c.Endpoints[j].HashKey = ""
+			}
+		}
+		if rng.IntN(2) == 0 {
 			// Equal weights: grpc-go's ring must match too.
 			for j := range c.Endpoints {
 				c.Endpoints[j].Weight = 3
@@ -131,11 +137,11 @@ func TestDecodeRoundTrip(t *testing.T) {
 		want := map[Kind]string{}
 		switch c.Policy {
 		case model.PolicyRingHash:
-			want = map[Kind]string{KindEnvoy: ringhash.PolicyRingHash, KindGRPC: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicyRingHash}
+			want = map[Kind]string{KindEnvoy: ringhash.PolicyRingHash, KindGRPC: ringhash.PolicyRingHash, KindGRPCLegacy: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicyRingHash}
 		case model.PolicyMaglev:
-			want = map[Kind]string{KindEnvoy: ringhash.PolicyMaglev, KindGRPC: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicyMaglev}
+			want = map[Kind]string{KindEnvoy: ringhash.PolicyMaglev, KindGRPC: ringhash.PolicyRingHash, KindGRPCLegacy: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicyMaglev}
 		case model.PolicySkipper:
-			want = map[Kind]string{KindEnvoy: ringhash.PolicyRingHash, KindGRPC: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicySkipper}
+			want = map[Kind]string{KindEnvoy: ringhash.PolicyRingHash, KindGRPC: ringhash.PolicyRingHash, KindGRPCLegacy: ringhash.PolicyRingHash, KindClientlib: ringhash.PolicySkipper}
 		}
 		for kind, policy := range want {
 			d := decode(t, snap, kind, c.Name)
@@ -151,17 +157,31 @@ func TestDecodeRoundTrip(t *testing.T) {
 				// TestDecodeNotesPredictIdentity covers the rest.
 				continue
 			}
+			if kind == KindGRPCLegacy && hasHashKey(&c) {
+				// grpc-js hashes addresses, never hash_key: its ring is
+				// Envoy's only without hash keys (docs/grpc-clients.md).
+				continue
+			}
 			decodedAddr := func(i int) string { return d.Endpoints[i].Addr }
 			assertSamePicks(t, fmt.Sprintf("%s %s (%s)", c.Name, kind, policy), d.Ring, decodedAddr, modelRing(t, &c, policy), modelAddr)
 			compared[kind]++
 		}
 	}
-	for _, kind := range AllKinds() {
+	for _, kind := range RingKinds() {
 		if compared[kind] < 10 {
 			t.Errorf("only %d %s rings compared: the sample is too weak", compared[kind], kind)
 		}
 	}
 	t.Logf("rings compared per kind: %v", compared)
+}
+
+func hasHashKey(c *model.Cluster) bool {
+	for i := range c.Endpoints {
+		if c.Endpoints[i].HashKey != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // entries lists a ring's (hash, endpoint address) pairs in order.
@@ -241,7 +261,7 @@ func TestDecodeEnvoyVectors(t *testing.T) {
 	})
 	t.Run("Basic picks", func(t *testing.T) {
 		snap := build(t, model.Cluster{Name: "c", MinRingSize: 12, MaxRingSize: 12, Endpoints: hosts(1, 1, 1, 1, 1, 1)})
-		for _, kind := range AllKinds() {
+		for _, kind := range RingKinds() {
 			d := decode(t, snap, kind, "c")
 			for h, want := range map[uint64]string{
 				0: "127.0.0.1:94", ^uint64(0): "127.0.0.1:94", 3551244743356806947: "127.0.0.1:95",

@@ -26,14 +26,51 @@ type Kind string
 const (
 	// KindEnvoy is an Envoy proxy: CDS and EDS only.
 	KindEnvoy Kind = "envoy"
-	// KindGRPC is a proxyless grpc-go (or other gRPC xDS) client.
+	// KindGRPC is a proxyless gRPC client that reads the typed
+	// load_balancing_policy list: grpc-go, gRPC C-core, grpc-java. Its
+	// Cluster carries the ring_hash policy in the legacy lb_policy and
+	// ring_hash_lb_config fields as well, with the same sizes, for versions
+	// that predate gRFC A52 or have it switched off.
 	KindGRPC Kind = "grpc"
+	// KindGRPCLegacy is a proxyless gRPC client that must not see the
+	// typed list: grpc-js-xds NACKs a typed RingHash with explicit ring
+	// sizes, so its Cluster carries the legacy fields only.
+	KindGRPCLegacy Kind = "grpc-legacy"
+	// KindGRPCRoundRobin is a proxyless gRPC client known to crash when it
+	// runs ring_hash (gRPC C-core 1.50 and 1.51, grpc/grpc#31766). Its
+	// Cluster asks for round_robin; the server reports every such client
+	// as incompatible.
+	KindGRPCRoundRobin Kind = "grpc-round-robin"
 	// KindClientlib is the ringxds Go client library.
 	KindClientlib Kind = "clientlib"
 )
 
 // AllKinds lists every Kind in a fixed order.
-func AllKinds() []Kind { return []Kind{KindEnvoy, KindGRPC, KindClientlib} }
+func AllKinds() []Kind {
+	return []Kind{KindEnvoy, KindGRPC, KindGRPCLegacy, KindGRPCRoundRobin, KindClientlib}
+}
+
+// RingKinds lists the kinds whose clusters carry a consistent hash: every
+// kind but KindGRPCRoundRobin.
+func RingKinds() []Kind { return []Kind{KindEnvoy, KindGRPC, KindGRPCLegacy, KindClientlib} }
+
+// Encoding says where the kind's Clusters carry the load-balancing policy,
+// as /debug/clients shows it.
+func (k Kind) Encoding() string {
+	switch k {
+	case KindGRPC:
+		return "load_balancing_policy, and lb_policy RING_HASH with ring_hash_lb_config"
+	case KindGRPCLegacy:
+		return "lb_policy RING_HASH with ring_hash_lb_config"
+	case KindGRPCRoundRobin:
+		return "lb_policy ROUND_ROBIN"
+	}
+	return "load_balancing_policy"
+}
+
+// Proxyless reports whether the kind resolves xds:/// targets itself and
+// so is served LDS and RDS; Envoy takes its listeners from its bootstrap.
+func (k Kind) Proxyless() bool { return k != KindEnvoy }
 
 // Resources are one client kind's resources: type URL -> resource name ->
 // resource. The type URLs are go-control-plane's resourcev3.ClusterType,
@@ -144,7 +181,7 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 			resourcev3.ClusterType:  make(map[string]types.Resource, n),
 			resourcev3.EndpointType: make(map[string]types.Resource, n),
 		}
-		if k != KindEnvoy {
+		if k.Proxyless() {
 			r[resourcev3.ListenerType] = make(map[string]types.Resource, n)
 			r[resourcev3.RouteType] = make(map[string]types.Resource, n)
 		}
@@ -169,7 +206,7 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 			r := snap.Kinds[k]
 			r[resourcev3.ClusterType][c.Name] = cs.clusters[k]
 			r[resourcev3.EndpointType][c.Name] = cs.cla
-			if k != KindEnvoy {
+			if k.Proxyless() {
 				r[resourcev3.ListenerType][c.Name] = cs.listener
 				r[resourcev3.RouteType][c.Name] = cs.route
 			}
@@ -202,7 +239,8 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, 3)}
+	kinds := AllKinds()
+	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, len(kinds))}
 	cla, claNotes := buildLoadAssignment(c, fade)
 	cs.cla = cla
 	cs.notes = append(cs.notes, claNotes...)
@@ -212,13 +250,13 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 		cs.fading = fade.status
 		cs.next = fade.next
 	}
-	// The listener and route are identical for grpc and clientlib, so both
-	// kinds share one instance.
+	// The listener and route are identical for every proxyless kind, so
+	// they share one instance.
 	if cs.listener, err = buildListener(c); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
 	cs.route = buildRoute(c)
-	for _, k := range AllKinds() {
+	for _, k := range kinds {
 		cds, cdsNotes, err := buildCluster(c, k, fade)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
@@ -229,8 +267,12 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 	// The proto validation rules Envoy and go-control-plane apply: an
 	// invalid model is caught here rather than NACKed by every client.
 	// Shared instances are validated once.
-	done := make(map[types.Resource]bool, 6)
-	for _, res := range []types.Resource{cs.cla, cs.listener, cs.route, cs.clusters[KindEnvoy], cs.clusters[KindGRPC], cs.clusters[KindClientlib]} {
+	all := []types.Resource{cs.cla, cs.listener, cs.route}
+	for _, k := range kinds {
+		all = append(all, cs.clusters[k])
+	}
+	done := make(map[types.Resource]bool, len(all))
+	for _, res := range all {
 		if done[res] {
 			continue
 		}

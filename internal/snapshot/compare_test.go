@@ -1,0 +1,106 @@
+package snapshot
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/ringhash"
+)
+
+// entryRing is a hand-written hash-ordered ring for exact checks.
+type entryRing struct {
+	hashes []uint64
+	owners []int
+}
+
+func (r entryRing) Pick(h uint64) int {
+	for i, e := range r.hashes {
+		if e >= h {
+			return r.owners[i]
+		}
+	}
+	return r.owners[0]
+}
+func (r entryRing) PickAttempt(h uint64, _ int) int { return r.Pick(h) }
+func (r entryRing) Walk(uint64, func(int) bool)     {}
+func (r entryRing) NumEndpoints() int               { return 2 }
+func (r entryRing) Size() int                       { return len(r.hashes) }
+func (r entryRing) Policy() string                  { return ringhash.PolicyRingHash }
+func (r entryRing) Entries(fn func(h uint64, ep int)) {
+	for i, h := range r.hashes {
+		fn(h, r.owners[i])
+	}
+}
+
+func TestDisagreementExact(t *testing.T) {
+	eps := []DecodedEndpoint{{Addr: "x"}, {Addr: "y"}}
+	ring := func(hashes ...uint64) *Decoded {
+		return &Decoded{Endpoints: eps, Ring: entryRing{hashes: hashes, owners: []int{0, 1}}}
+	}
+	for _, tc := range []struct {
+		name string
+		a, b *Decoded
+		want float64 // in hashes
+	}{
+		{"same", ring(100, 200), ring(100, 200), 0},
+		// (100, 150] is y in a and x in b.
+		{"shifted boundary", ring(100, 200), ring(150, 200), 50},
+		// Past the last entry both wrap to x; [0, 100] and (200, max] agree.
+		{"last entry moved", ring(100, 200), ring(100, 300), 100},
+		// b ends at the top of the hash space: (200, max] is x in a, y in b.
+		{"entry at max", ring(100, 200), ring(100, math.MaxUint64), math.MaxUint64 - 200},
+	} {
+		got, err := Disagreement(tc.a, tc.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := tc.want / math.Exp2(64); got != want {
+			t.Errorf("%s: %g, want %g", tc.name, got, want)
+		}
+		if back, _ := Disagreement(tc.b, tc.a); back != got {
+			t.Errorf("%s: not symmetric: %g vs %g", tc.name, got, back)
+		}
+	}
+}
+
+// TestDisagreementMatchesSampling compares the exact figure with the share
+// of random request hashes whose picks differ, on the rings grpc-java and
+// Envoy build from one published cluster.
+func TestDisagreementMatchesSampling(t *testing.T) {
+	snap := build(t, model.Cluster{Name: "c", Endpoints: threeEndpoints()})
+	cds, cla := published(snap, KindGRPC, "c")
+	envoy, err := DecodeAs(cds, cla, DialectEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	java, err := DecodeAs(cds, cla, DialectGRPCJava)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Disagreement(envoy, java)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 200000
+	differ := 0
+	for range n {
+		h := rng.Uint64()
+		if envoy.Endpoints[envoy.Ring.Pick(h)].Addr != java.Endpoints[java.Ring.Pick(h)].Addr {
+			differ++
+		}
+	}
+	sampled := float64(differ) / n
+	t.Logf("exact %.4f, sampled %.4f", got, sampled)
+	if math.Abs(got-sampled) > 0.01 {
+		t.Errorf("exact %.4f, sampled %.4f", got, sampled)
+	}
+	if got < 0.5 || got > 0.8 {
+		t.Errorf("grpc-java vs Envoy on three equal endpoints: %.3f of keys differ, want about 2/3", got)
+	}
+	if same, _ := Disagreement(envoy, envoy); same != 0 {
+		t.Errorf("a ring against itself: %g", same)
+	}
+}
