@@ -1,0 +1,131 @@
+package dataplane
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/snapshot"
+)
+
+func build(t *testing.T, clusters ...model.Cluster) *snapshot.Snapshot {
+	t.Helper()
+	st := model.State{Clusters: clusters}
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Build(st, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+func endpoints(weights ...uint32) []model.Endpoint {
+	var eps []model.Endpoint
+	for i, w := range weights {
+		eps = append(eps, model.Endpoint{Address: fmt.Sprintf("10.0.0.%d", i+1), Port: 8080, Weight: w})
+	}
+	return eps
+}
+
+func client(impl string, major, minor int) Client {
+	c := Client{Implementation: impl, Version: Version{major, minor, 0}}
+	c.Kind = c.defaultKind()
+	return c
+}
+
+func TestAssess(t *testing.T) {
+	withKeys := endpoints(1, 1, 2)
+	for i := range withKeys {
+		withKeys[i].HashKey = fmt.Sprintf("pod-%d", i)
+	}
+	snap := build(t,
+		model.Cluster{Name: "products", Endpoints: endpoints(1, 1, 2)},
+		model.Cluster{Name: "keyed", Endpoints: withKeys},
+		model.Cluster{Name: "inventory", Policy: model.PolicyMaglev, Endpoints: endpoints(1, 1, 1)},
+		model.Cluster{Name: "catalog", Policy: model.PolicySkipper, Endpoints: endpoints(1, 1, 1)},
+		model.Cluster{Name: "big", MinRingSize: 8192, MaxRingSize: 8192, Endpoints: endpoints(1, 1, 1)},
+	)
+	forced := func(c Client, kind snapshot.Kind) Client { c.Kind, c.KindFromMetadata = kind, true; return c }
+	for _, tc := range []struct {
+		name    string
+		client  Client
+		cluster string
+		state   string
+		reason  string // substring
+	}{
+		{"envoy is the reference", client(Envoy, 1, 37), "products", StateOK, ""},
+		{"grpc-go", client(GRPCGo, 1, 85), "products", StateOK, ""},
+		{"grpc-go on maglev served as ring_hash", client(GRPCGo, 1, 85), "inventory", StateOK, ""},
+		{"grpc-go on skipper served as ring_hash", client(GRPCGo, 1, 85), "catalog", StateOK, ""},
+		{"grpc-go with hash keys", client(GRPCGo, 1, 85), "keyed", StateOK, ""},
+		{"grpc-go before A76 ignores hash keys", client(GRPCGo, 1, 78), "keyed", StateRingDiffers, "ignores the envoy.lb hash_key"},
+		{"grpc-go before A52 reads the legacy fields", client(GRPCGo, 1, 50), "products", StateOK, ""},
+		{"grpc-go caps the ring", client(GRPCGo, 1, 85), "big", StateRingDiffers, "its ring has 4096 entries, Envoy's 8192"},
+		{"grpc-js", client(GRPCJS, 1, 14), "products", StateOK, ""},
+		{"grpc-js on maglev", client(GRPCJS, 1, 14), "inventory", StateOK, ""},
+		{"grpc-js hashes addresses", client(GRPCJS, 1, 14), "keyed", StateRingDiffers, "ignores the envoy.lb hash_key"},
+		{"grpc-js given the typed sizes NACKs", forced(client(GRPCJS, 1, 14), snapshot.KindGRPC), "products", StateIncompatible, "min_ring_size must be a number"},
+		{"c-core 1.53", client(CCore, 1, 53), "products", StateOK, ""},
+		{"c-core 1.51 crashes in ring_hash", client(CCore, 1, 51), "products", StateIncompatible, "serves it round_robin"},
+		{"c-core 1.51 asked for ring_hash", forced(client(CCore, 1, 51), snapshot.KindGRPC), "products", StateIncompatible, "expect it to crash"},
+		{"c-core 1.54 given only the typed list", forced(client(CCore, 1, 54), snapshot.KindEnvoy), "products", StateIncompatible, "runs round_robin"},
+		{"grpc-java", client(GRPCJava, 1, 83), "products", StateRingDiffers, `hashes each endpoint as "/ip:port"`},
+		{"an unknown gRPC", client(GRPCOther, 0, 9), "products", StateUnverified, "does not know"},
+	} {
+		v := Assess(snap, tc.client, tc.cluster)
+		if v.State != tc.state || !strings.Contains(v.Reason, tc.reason) {
+			t.Errorf("%s: %s %q, want %s with %q", tc.name, v.State, v.Reason, tc.state, tc.reason)
+		}
+		if (v.State == StateRingDiffers) != (v.Elsewhere > 0) {
+			t.Errorf("%s: state %s with %g of keys elsewhere", tc.name, v.State, v.Elsewhere)
+		}
+	}
+	if v := Assess(snap, client(GRPCJava, 1, 83), "products"); !strings.Contains(v.Reason, "about") || v.Elsewhere < 0.3 {
+		t.Errorf("grpc-java: %+v, want about half or more of the keys elsewhere", v)
+	}
+}
+
+func TestAssessorReusesVerdictsOfUnchangedClusters(t *testing.T) {
+	b := snapshot.NewBuilder()
+	st := model.State{Clusters: []model.Cluster{
+		{Name: "a", Endpoints: endpoints(1, 1)},
+		{Name: "b", Endpoints: endpoints(1, 1)},
+	}}
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	snap1, err := b.Build(st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a Assessor
+	java := client(GRPCJava, 1, 83)
+	first := a.Assess(snap1, java, []string{"a", "b"})
+	// Change b only; a's resources are reused by the builder.
+	st.Clusters[1].Endpoints = endpoints(1, 1, 1)
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	snap2, err := b.Build(st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := a.Assess(snap2, java, []string{"a", "b"})
+	if len(a.entries) != 2 {
+		t.Fatalf("%d cached verdicts, want 2", len(a.entries))
+	}
+	if first[0] != second[0] {
+		t.Errorf("unchanged cluster a: %+v then %+v", first[0], second[0])
+	}
+	if first[1].Elsewhere == second[1].Elsewhere {
+		t.Errorf("cluster b changed from 2 to 3 endpoints, yet its verdict did not: %+v", second[1])
+	}
+	if want := Assess(snap2, java, "b"); second[1] != want {
+		t.Errorf("cached %+v, computed %+v", second[1], want)
+	}
+}
