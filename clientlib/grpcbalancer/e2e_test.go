@@ -38,9 +38,9 @@ func TestProxylessGRPCAgreesWithDebugPick(t *testing.T) {
 			t.Fatalf("RPC for %s: %v", key, err)
 		}
 		if got != want.Endpoint {
-			t.Fatalf("key %s: grpc-go sent it to %s, /debug/pick (clientlib) says %s (grpc ring_hash: %s)", key, got, want.Endpoint, want.ByClient["grpc"])
+			t.Fatalf("key %s: grpc-go sent it to %s, /debug/pick (clientlib) says %s (grpc ring_hash: %s)", key, got, want.Endpoint, want.ByClient["grpc-go"])
 		}
-		if want.ByClient["grpc"] != got {
+		if want.ByClient["grpc-go"] != got {
 			differsFromRingHash++
 		}
 		perBackend[got]++

@@ -3,10 +3,12 @@ package debug
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
@@ -112,7 +115,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// kindsParam parses the optional client kind of a query.
+// kindParam parses the optional client kind of a query.
 func kindParam(r *http.Request, def snapshot.Kind) (snapshot.Kind, error) {
 	v := r.URL.Query().Get("client")
 	if v == "" {
@@ -120,29 +123,68 @@ func kindParam(r *http.Request, def snapshot.Kind) (snapshot.Kind, error) {
 	}
 	k := snapshot.Kind(v)
 	if !slices.Contains(server.Kinds, k) {
-		return "", errors.New("client must be one of envoy, grpc, clientlib")
+		return "", fmt.Errorf("client must be one of %s", joinKinds(server.Kinds))
 	}
 	return k, nil
+}
+
+func joinKinds(kinds []snapshot.Kind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// implementationParam parses the client a pick is asked for: an
+// implementation (grpc-js, c-core, ...) or a kind, which stands for the
+// implementation it is chosen for (grpc is grpc-go, grpc-legacy grpc-js).
+func implementationParam(r *http.Request, def string) (string, error) {
+	v := r.URL.Query().Get("client")
+	if v == "" {
+		return def, nil
+	}
+	var names []string
+	for _, impl := range dataplane.Predicted() {
+		if impl.Name == v {
+			return v, nil
+		}
+		names = append(names, impl.Name)
+	}
+	if why, ok := dataplane.Unpredicted()[v]; ok {
+		return "", errors.New(why)
+	}
+	switch k := snapshot.Kind(v); k {
+	case snapshot.KindGRPCRoundRobin:
+		return "", errors.New("grpc-round-robin clients run round_robin: there is no ring to pick from")
+	case snapshot.KindEnvoy, snapshot.KindGRPC, snapshot.KindGRPCLegacy, snapshot.KindClientlib:
+		return k.Dialect().Name, nil
+	}
+	return "", fmt.Errorf("client must be one of %s, or a kind (%s)", strings.Join(names, ", "), joinKinds(snapshot.RingKinds()))
 }
 
 // PickResult is the answer of /debug/pick.
 type PickResult struct {
 	Cluster string `json:"cluster"`
 	Key     string `json:"key"`
-	// Client is the data plane kind whose ring answered.
-	Client snapshot.Kind `json:"client"`
-	Policy string        `json:"policy"`
+	// Client is the implementation whose ring answered.
+	Client string `json:"client"`
+	Policy string `json:"policy"`
 	// Hash is the request hash as a decimal string: JSON numbers lose
 	// precision above 2^53.
 	Hash     string `json:"hash"`
 	Endpoint string `json:"endpoint"`
-	// ByClient is the pick of every data plane kind, which differ only where
-	// a kind cannot run the cluster's policy (see the snapshot notes).
-	ByClient map[snapshot.Kind]string `json:"by_client"`
+	// ByClient is the pick of every implementation whose ring the
+	// published resources fix (dataplane.Predicted). They differ where an
+	// implementation cannot run the cluster's policy or builds its ring
+	// another way (see the snapshot notes and docs/grpc-clients.md).
+	ByClient map[string]string `json:"by_client"`
+	// Unpredicted names the implementations with no answer here, and why.
+	Unpredicted map[string]string `json:"unpredicted,omitempty"`
 }
 
-// pick answers where a key goes. The default client kind is clientlib,
-// the only kind that receives every policy as configured.
+// pick answers where a key goes. The default client is clientlib, the
+// only one that receives every policy as configured.
 func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	cluster, key := q.Get("cluster"), q.Get("key")
@@ -160,7 +202,7 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "key longer than "+strconv.Itoa(maxKeyBytes)+" bytes")
 		return
 	}
-	kind, err := kindParam(r, snapshot.KindClientlib)
+	impl, err := implementationParam(r, dataplane.Clientlib)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -174,22 +216,23 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown cluster "+strconv.Quote(cluster))
 		return
 	}
-	h.writePick(w, snap, cluster, key, kind)
+	h.writePick(w, snap, cluster, key, impl)
 }
 
-func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key string, kind snapshot.Kind) {
+func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key, impl string) {
 	hash := ringhash.HashKey(key)
-	res := PickResult{Cluster: cluster, Key: key, Client: kind, Hash: strconv.FormatUint(hash, 10), ByClient: map[snapshot.Kind]string{}}
-	for _, k := range server.Kinds {
-		d, err := h.decoded(snap, k, cluster)
+	res := PickResult{Cluster: cluster, Key: key, Client: impl, Hash: strconv.FormatUint(hash, 10),
+		ByClient: map[string]string{}, Unpredicted: dataplane.Unpredicted()}
+	for _, p := range dataplane.Predicted() {
+		d, err := h.decoded(snap, p.Kind, p.Dialect, cluster)
 		if err != nil {
-			h.opts.Logger.Error("cannot decode published cluster", zap.String("cluster", cluster), zap.String("client", string(k)), zap.Error(err))
-			writeError(w, http.StatusInternalServerError, "decode "+string(k)+" resources of "+cluster+": "+err.Error())
+			h.opts.Logger.Error("cannot decode published cluster", zap.String("cluster", cluster), zap.String("client", p.Name), zap.Error(err))
+			writeError(w, http.StatusInternalServerError, "decode "+p.Name+" resources of "+cluster+": "+err.Error())
 			return
 		}
 		ep := d.Endpoints[d.Ring.Pick(hash)].Addr
-		res.ByClient[k] = ep
-		if k == kind {
+		res.ByClient[p.Name] = ep
+		if p.Name == impl {
 			res.Policy, res.Endpoint = d.Ring.Policy(), ep
 		}
 	}
@@ -206,10 +249,13 @@ type ringCache struct {
 
 type ringKey struct {
 	kind    snapshot.Kind
+	dialect string
 	cluster string
 }
 
-func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, cluster string) (*snapshot.Decoded, error) {
+// decoded returns the ring a data plane of dialect d builds from the
+// resources of kind, decoding it on first use.
+func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, d snapshot.Dialect, cluster string) (*snapshot.Decoded, error) {
 	rc := h.rings.Load()
 	if rc == nil || rc.snap != snap {
 		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded)}
@@ -224,9 +270,9 @@ func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, cluster s
 	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	k := ringKey{kind, cluster}
-	if d, ok := rc.rings[k]; ok {
-		return d, nil
+	k := ringKey{kind, d.Name, cluster}
+	if dec, ok := rc.rings[k]; ok {
+		return dec, nil
 	}
 	res := snap.Kinds[kind]
 	cds, _ := res[resource.ClusterType][cluster].(*clusterv3.Cluster)
@@ -234,12 +280,12 @@ func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, cluster s
 	if cds == nil || cla == nil {
 		return nil, errors.New("cluster or endpoints not published")
 	}
-	d, err := snapshot.Decode(cds, cla, kind)
+	dec, err := snapshot.DecodeAs(cds, cla, d)
 	if err != nil {
 		return nil, err
 	}
-	rc.rings[k] = d
-	return d, nil
+	rc.rings[k] = dec
+	return dec, nil
 }
 
 // publishedResource is one resource as /debug/snapshot shows it.

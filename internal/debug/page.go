@@ -18,6 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 
+	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -156,7 +157,7 @@ func (p *page) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := indexView{
-		Client: kind, Kinds: server.Kinds, Key: key,
+		Client: kind, Kinds: snapshot.RingKinds(), Key: key,
 		Ready: p.h.opts.Server.Ready(), Clusters: rc.html,
 		Clients: clientViews(p.h.opts.Server.Clients(), time.Now()), Problems: len(p.h.opts.Problems()),
 	}
@@ -261,7 +262,8 @@ func (p *page) clusters(kind snapshot.Kind) (*renderedClusters, error) {
 	}
 	rc := &renderedClusters{Clusters: p.buildClusters(snap, kind)}
 	var buf bytes.Buffer
-	if err := p.tmpl.ExecuteTemplate(&buf, "clusters", clustersView{Client: kind, Ready: snap != nil, Clusters: rc.Clusters}); err != nil {
+	view := clustersView{Client: kind, Ready: snap != nil, Clusters: rc.Clusters, Predicted: dataplane.Predicted(), Unpredicted: dataplane.Unpredicted()}
+	if err := p.tmpl.ExecuteTemplate(&buf, "clusters", view); err != nil {
 		return nil, fmt.Errorf("render clusters: %w", err)
 	}
 	// The template escaped every value, so the bytes are safe to splice
@@ -277,6 +279,10 @@ type clustersView struct {
 	Client   snapshot.Kind
 	Ready    bool
 	Clusters []pageCluster
+	// Predicted are the implementations each cluster's pick table lists;
+	// Unpredicted those it names without a pick, and why.
+	Predicted   []dataplane.Implementation
+	Unpredicted map[string]string
 }
 
 // buildClusters decodes every cluster published to kind, the way that kind
@@ -296,7 +302,7 @@ func (p *page) buildClusters(snap *snapshot.Snapshot, kind snapshot.Kind) []page
 		if c, ok := snap.State.Cluster(name); ok {
 			pc.HashHeader = c.HashHeader
 		}
-		d, err := p.h.decoded(snap, kind, name)
+		d, err := p.h.decoded(snap, kind, kind.Dialect(), name)
 		if err != nil {
 			pc.Err = err.Error()
 			out = append(out, pc)
@@ -327,6 +333,13 @@ type clientView struct {
 	NodeID, NodeCluster, Kind, Protocol, Peer, UserAgent string
 	Age                                                  string
 	Types                                                []typeView
+	// Implementation names the data plane ("grpc-js 1.14.1"); Encoding says
+	// what its kind carries.
+	Implementation, Encoding string
+	// Compatibility is the worst verdict; Verdicts the clusters that are
+	// not ok, with their reasons.
+	Compatibility string
+	Verdicts      []dataplane.Verdict
 }
 
 // typeView is the exchange state of one resource type: State is "ack"
@@ -358,6 +371,12 @@ func clientViews(cs []server.ClientStatus, now time.Time) []clientView {
 		v := clientView{
 			NodeID: c.NodeID, NodeCluster: c.NodeCluster, Kind: string(c.Kind), Protocol: c.Protocol,
 			Peer: c.Peer, UserAgent: c.UserAgent, Age: now.Sub(c.ConnectedAt).Truncate(time.Second).String(),
+			Implementation: c.Implementation.UserAgent(), Encoding: c.Encoding, Compatibility: c.Compatibility,
+		}
+		for _, vd := range c.Verdicts {
+			if vd.State != dataplane.StateOK {
+				v.Verdicts = append(v.Verdicts, vd)
+			}
 		}
 		names := make([]string, 0, len(c.Types))
 		for name := range c.Types {

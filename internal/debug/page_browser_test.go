@@ -227,7 +227,13 @@ func TestBrowserPage(t *testing.T) {
 	for _, c := range state.Clusters {
 		want := pickOf(t, base, c.Name, key, "clientlib")
 		sel := fmt.Sprintf(`section.cluster[data-cluster=%q]`, c.Name)
-		shown := eval[map[string]string](t, ctx, `Object.fromEntries(Array.from(document.querySelectorAll('`+sel+` .picks tr[data-kind]'), tr => [tr.dataset.kind, tr.querySelector('.pick').textContent]))`)
+		shown := eval[map[string]string](t, ctx, `Object.fromEntries(Array.from(document.querySelectorAll('`+sel+` .picks tr[data-kind]:not(.unpredicted)'), tr => [tr.dataset.kind, tr.querySelector('.pick').textContent]))`)
+		if len(shown) != len(want.ByClient) {
+			t.Errorf("%s: the page lists picks for %v, /debug/pick answers for %v", c.Name, shown, want.ByClient)
+		}
+		if java := eval[string](t, ctx, `(document.querySelector('`+sel+` .picks tr.unpredicted[data-kind="grpc-java"]') || {}).textContent || ''`); !strings.Contains(java, "not predictable") {
+			t.Errorf("%s: the page's grpc-java row reads %q", c.Name, java)
+		}
 		picked := eval[string](t, ctx, `document.querySelector('`+sel+`').dataset.picked`)
 		marker := eval[string](t, ctx, `document.querySelector('`+sel+` .marker').getAttribute('visibility')`)
 		highlighted := eval[string](t, ctx, `(document.querySelector('`+sel+` .endpoints tr.picked') || {dataset: {}}).dataset.endpoint || ''`)

@@ -10,10 +10,12 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
 
@@ -26,12 +28,25 @@ const (
 // ClientStatus is what the server knows about one open xDS stream. It is
 // the answer to "did my proxy get and accept the config?".
 type ClientStatus struct {
-	StreamID    int64                  `json:"stream_id"`
-	Protocol    string                 `json:"protocol"`
-	NodeID      string                 `json:"node_id"`
-	NodeCluster string                 `json:"node_cluster,omitempty"`
-	UserAgent   string                 `json:"user_agent,omitempty"`
-	Kind        snapshot.Kind          `json:"kind"`
+	StreamID    int64  `json:"stream_id"`
+	Protocol    string `json:"protocol"`
+	NodeID      string `json:"node_id"`
+	NodeCluster string `json:"node_cluster,omitempty"`
+	UserAgent   string `json:"user_agent,omitempty"`
+	// Implementation is the data plane recognised from the user agent:
+	// its name, version, language (C-core) and the kind it is served.
+	Implementation dataplane.Client `json:"implementation"`
+	// Kind is the translation the client is served; Encoding says where
+	// that translation puts the load-balancing policy.
+	Kind     snapshot.Kind `json:"kind"`
+	Encoding string        `json:"encoding"`
+	// Compatibility is the worst state of Verdicts: "ok" when the client
+	// sends every key of every cluster it holds where Envoy does.
+	Compatibility string `json:"compatibility"`
+	// Verdicts judges each cluster the client holds, as of its last CDS or
+	// EDS ACK (dataplane.Assess). Empty for Envoy and the client library,
+	// which build the reference rings.
+	Verdicts    []dataplane.Verdict    `json:"verdicts,omitempty"`
 	Peer        string                 `json:"peer"`
 	ConnectedAt time.Time              `json:"connected_at"`
 	Types       map[string]*TypeStatus `json:"types"`
@@ -75,6 +90,10 @@ type client struct {
 	// sentByNonce remembers the version of each outstanding delta response,
 	// since delta ACKs carry only the nonce.
 	sentByNonce map[string]string
+	// clusters are the CDS names the client subscribes to (all published
+	// clusters when cdsWildcard), the clusters its verdicts are about.
+	clusters    map[string]struct{}
+	cdsWildcard bool
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -82,6 +101,9 @@ type registry struct {
 	log     *zap.Logger
 	metrics *metrics
 	now     func() time.Time
+	// current returns the published snapshot clients are assessed against.
+	current  func() *snapshot.Snapshot
+	assessor dataplane.Assessor
 
 	mu      sync.RWMutex
 	streams map[streamKey]*client
@@ -119,6 +141,7 @@ func (r *registry) closed(protocol string, id int64) {
 	defer c.mu.Unlock()
 	if c.identified {
 		r.metrics.connected.WithLabelValues(string(c.status.Kind), protocol).Dec()
+		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
 		r.log.Debug("xDS stream closed", zap.String("node", c.status.NodeID), zap.String("protocol", protocol), zap.Int64("stream", id))
 	}
 }
@@ -139,10 +162,15 @@ func (r *registry) identify(c *client, n *core.Node) {
 	c.status.NodeID = n.GetId()
 	c.status.NodeCluster = n.GetCluster()
 	c.status.UserAgent = strings.TrimSpace(n.GetUserAgentName() + " " + n.GetUserAgentVersion())
-	c.status.Kind = ClassifyNode(n)
+	c.status.Implementation = dataplane.Identify(n)
+	c.status.Kind = c.status.Implementation.Kind
+	c.status.Encoding = c.status.Kind.Encoding()
+	c.status.Compatibility = dataplane.StateOK
 	r.metrics.connected.WithLabelValues(string(c.status.Kind), c.status.Protocol).Inc()
+	r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Inc()
 	r.log.Info("xDS client connected",
 		zap.String("node", c.status.NodeID), zap.String("kind", string(c.status.Kind)),
+		zap.String("implementation", c.status.Implementation.UserAgent()),
 		zap.String("protocol", c.status.Protocol), zap.String("peer", c.status.Peer),
 		zap.String("user_agent", c.status.UserAgent))
 }
@@ -162,10 +190,13 @@ func (c *client) typeStatus(typeURL string) *TypeStatus {
 //
 // SotW requests restate the whole subscription (subscribed is the new count);
 // delta requests change it (subscribed is the difference).
-func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool) {
+func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool, subs subscription) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r.identify(c, n)
+	if typeURL == resource.ClusterType {
+		c.subscribe(subs)
+	}
 	ts := c.typeStatus(typeURL)
 	if c.status.Protocol == ProtocolDelta {
 		ts.Subscribed = max(0, ts.Subscribed+subscribed)
@@ -192,6 +223,104 @@ func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce stri
 	}
 	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = version, nonce, r.now()
 	r.metrics.acks.WithLabelValues(kind, short).Inc()
+	if typeURL == resource.ClusterType || typeURL == resource.EndpointType {
+		r.assess(c)
+	}
+}
+
+// subscription is what one request says about the CDS names a client
+// wants: the whole set (SotW) or a change to it (delta).
+type subscription struct {
+	delta   bool
+	names   []string // SotW: the whole set, empty for wildcard; delta: added
+	removed []string // delta: removed
+}
+
+// maxTrackedClusters bounds the names kept per client for its verdicts: a
+// client naming more is assessed on the first ones.
+const maxTrackedClusters = 10000
+
+func (c *client) subscribe(s subscription) {
+	if !s.delta {
+		c.clusters = make(map[string]struct{}, len(s.names))
+		c.cdsWildcard = len(s.names) == 0
+	} else if c.clusters == nil {
+		c.clusters = make(map[string]struct{}, len(s.names))
+		// Envoy's first delta CDS request names nothing and means all.
+		c.cdsWildcard = len(s.names) == 0
+	}
+	for _, name := range s.names {
+		if name == "*" {
+			c.cdsWildcard = true
+			continue
+		}
+		if len(c.clusters) < maxTrackedClusters {
+			c.clusters[name] = struct{}{}
+		}
+	}
+	for _, name := range s.removed {
+		if name == "*" {
+			c.cdsWildcard = false
+		}
+		delete(c.clusters, name)
+	}
+}
+
+// clusterNames lists, sorted, the published clusters the client holds.
+func (c *client) clusterNames(snap *snapshot.Snapshot) []string {
+	published := snap.Kinds[c.status.Kind][resource.ClusterType]
+	var names []string
+	if c.cdsWildcard {
+		names = make([]string, 0, len(published))
+		for name := range published {
+			names = append(names, name)
+		}
+	} else {
+		for name := range c.clusters {
+			if _, ok := published[name]; ok {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// assess judges every cluster the client holds against the published
+// snapshot, and logs and counts what changed.
+func (r *registry) assess(c *client) {
+	if r.current == nil || c.status.Implementation.IsReference() {
+		return
+	}
+	snap := r.current()
+	if snap == nil {
+		return
+	}
+	verdicts := r.assessor.Assess(snap, c.status.Implementation, c.clusterNames(snap))
+	before := make(map[string]string, len(c.status.Verdicts))
+	for _, v := range c.status.Verdicts {
+		before[v.Cluster] = v.State
+	}
+	for _, v := range verdicts {
+		was, known := before[v.Cluster]
+		switch {
+		case v.State != dataplane.StateOK && v.State != was:
+			r.log.Warn("xDS client does not send this cluster's keys where Envoy does",
+				zap.String("node", c.status.NodeID), zap.String("implementation", c.status.Implementation.UserAgent()),
+				zap.String("cluster", v.Cluster), zap.String("verdict", v.State), zap.String("reason", v.Reason))
+		case v.State == dataplane.StateOK && known && was != dataplane.StateOK:
+			r.log.Info("xDS client now agrees with Envoy on this cluster",
+				zap.String("node", c.status.NodeID), zap.String("cluster", v.Cluster))
+		}
+	}
+	worst := dataplane.Worst(verdicts)
+	if worst != c.status.Compatibility {
+		impl := c.status.Implementation.Implementation
+		r.metrics.compatibility.WithLabelValues(impl, c.status.Compatibility).Dec()
+		r.metrics.compatibility.WithLabelValues(impl, worst).Inc()
+		c.status.Compatibility = worst
+	}
+	c.status.Verdicts = verdicts
 }
 
 func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
@@ -228,6 +357,7 @@ func (r *registry) snapshot() []ClientStatus {
 	for _, c := range all {
 		c.mu.Lock()
 		st := c.status
+		st.Verdicts = slices.Clone(c.status.Verdicts)
 		st.Types = make(map[string]*TypeStatus, len(c.status.Types))
 		for k, v := range c.status.Types {
 			cp := *v
@@ -292,7 +422,8 @@ func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 	}
 	names := req.GetResourceNames()
 	wildcard := len(names) == 0 || slices.Contains(names, "*")
-	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), errDetail, len(names), wildcard)
+	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), errDetail, len(names), wildcard,
+		subscription{names: names})
 	return nil
 }
 
@@ -316,7 +447,8 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 		errDetail = req.GetErrorDetail()
 	}
 	subscribed := len(req.GetResourceNamesSubscribe()) - len(req.GetResourceNamesUnsubscribe())
-	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), errDetail, subscribed, slices.Contains(req.GetResourceNamesSubscribe(), "*"))
+	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), errDetail, subscribed, slices.Contains(req.GetResourceNamesSubscribe(), "*"),
+		subscription{delta: true, names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe()})
 	return nil
 }
 

@@ -12,6 +12,7 @@ type metrics struct {
 	nacks           *prometheus.CounterVec
 	acks            *prometheus.CounterVec
 	connected       *prometheus.GaugeVec
+	compatibility   *prometheus.GaugeVec
 	resources       *prometheus.GaugeVec
 	buildSeconds    prometheus.Histogram
 	applySeconds    prometheus.Histogram
@@ -43,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_xds_connected_clients",
 			Help: "Open xDS streams whose node has been identified, by client kind and protocol.",
 		}, []string{"kind", "protocol"}),
+		compatibility: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_xds_client_compatibility",
+			Help: "Identified xDS streams by data plane implementation and the worst verdict on the clusters they hold: ok, unverified, ring_differs (keys go to other pods than on Envoy) or incompatible (no ring: round_robin, a rejected cluster or a client known to crash). See /debug/clients.",
+		}, []string{"implementation", "state"}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ringxds_snapshot_resources",
 			Help: "Resources currently published, by client kind and resource type.",
@@ -76,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"cluster"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.resources,
+		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.compatibility, m.resources,
 			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading)
 	}
 	return m

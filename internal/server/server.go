@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -77,18 +78,18 @@ type Server struct {
 var resourceTypes = []string{resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ListenerType}
 
 // Kinds are the client kinds the server translates for.
-var Kinds = []snapshot.Kind{snapshot.KindEnvoy, snapshot.KindGRPC, snapshot.KindClientlib}
+var Kinds = snapshot.AllKinds()
 
 // cacheGroup names the cache a kind reads a type from. Kinds share a cache
 // where their translations are identical by construction, so each shared
 // resource is marshalled once: EDS is the same for every kind, and LDS/RDS
-// are the same for the two proxyless kinds.
+// are the same for every proxyless kind.
 func cacheGroup(kind snapshot.Kind, typeURL string) string {
 	switch typeURL {
 	case resource.EndpointType:
 		return "all/eds"
 	case resource.ListenerType, resource.RouteType:
-		if kind == snapshot.KindEnvoy {
+		if !kind.Proxyless() {
 			return "envoy/" + shortType(typeURL)
 		}
 		return "proxyless/" + shortType(typeURL)
@@ -120,6 +121,7 @@ func New(ctx context.Context, opts Options) *Server {
 		ready:     make(chan struct{}),
 	}
 	s.registry.now = now
+	s.registry.current = s.Current
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
 	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
 	s.groups = make(map[string][]groupRef, len(resourceTypes))
@@ -153,7 +155,7 @@ const unservedGroup = "unserved"
 func classify(n *core.Node, typeURL string) string {
 	switch typeURL {
 	case resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ListenerType:
-		return cacheGroup(ClassifyNode(n), typeURL)
+		return cacheGroup(dataplane.Identify(n).Kind, typeURL)
 	}
 	return unservedGroup
 }

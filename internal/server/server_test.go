@@ -8,36 +8,10 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
-
-func TestClassifyNode(t *testing.T) {
-	md := func(kind string) *structpb.Struct {
-		s, _ := structpb.NewStruct(map[string]any{ClientKindMetadataKey: kind})
-		return s
-	}
-	for _, tc := range []struct {
-		name string
-		node *core.Node
-		want snapshot.Kind
-	}{
-		{"nil node", nil, snapshot.KindEnvoy},
-		{"envoy", &core.Node{Id: "sidecar", UserAgentName: "envoy"}, snapshot.KindEnvoy},
-		{"grpc-go", &core.Node{Id: "svc", UserAgentName: "gRPC Go"}, snapshot.KindGRPC},
-		{"grpc-java", &core.Node{UserAgentName: "gRPC Java"}, snapshot.KindGRPC},
-		{"clientlib user agent", &core.Node{UserAgentName: "ringxds-clientlib"}, snapshot.KindClientlib},
-		{"metadata wins over user agent", &core.Node{UserAgentName: "gRPC Go", Metadata: md("clientlib")}, snapshot.KindClientlib},
-		{"unknown metadata kind falls back", &core.Node{UserAgentName: "gRPC Go", Metadata: md("nginx")}, snapshot.KindGRPC},
-		{"no user agent", &core.Node{Id: "x"}, snapshot.KindEnvoy},
-	} {
-		if got := ClassifyNode(tc.node); got != tc.want {
-			t.Errorf("%s: ClassifyNode = %s, want %s", tc.name, got, tc.want)
-		}
-	}
-}
 
 // LinearCache returns resources in map order, so the content version must
 // not depend on order, and must change with any byte of content.
