@@ -10,7 +10,7 @@ KUBE_VERSION ?= v1.37.2
 STATICCHECK_VERSION ?= v0.8.2
 TESTBIN   := $(CURDIR)/.testbin
 
-.PHONY: all build run demo test test-unit test-k8s testbin browser bench bench-scale lint clean
+.PHONY: all build run demo demo-node test test-unit test-k8s testbin browser node-clients py-clients bench bench-scale lint clean
 
 all: build
 
@@ -25,9 +25,16 @@ run: build
 demo:
 	GO=$(GO) bash examples/grpc/demo.sh
 
-## test: the whole suite (unit, end-to-end, Kubernetes against a real API server).
-test: testbin browser lint
-	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 RINGXDS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
+## demo-node: the same demo with a proxyless Node client (grpc-js from npm).
+demo-node: node-clients
+	GO=$(GO) CLIENT=node NODE_PATH=$(TESTBIN)/node_modules bash examples/grpc/demo.sh
+
+## test: the whole suite (unit, end-to-end with real grpc-go, grpc-js and
+## C-core clients, Kubernetes against a real API server).
+test: testbin browser node-clients py-clients lint
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 RINGXDS_REQUIRE_BROWSER=1 \
+	  RINGXDS_NODE_MODULES=$(TESTBIN)/node_modules RINGXDS_REQUIRE_NODE=1 RINGXDS_REQUIRE_PYGRPC=1 \
+	  $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -38,6 +45,21 @@ test-k8s: testbin
 
 testbin:
 	KUBE_VERSION=$(KUBE_VERSION) bash hack/testbin.sh $(TESTBIN)
+
+## node-clients: the pinned grpc-js xDS client of examples/grpc-node, from
+## npm, cached outside the clone (hack/node-clients.sh).
+node-clients:
+	bash hack/node-clients.sh $(TESTBIN)
+
+## py-clients: gRPC C-core through Debian's python3-grpcio (1.51 on bookworm).
+py-clients:
+	@if /usr/bin/python3 -c 'import grpc' 2>/dev/null; then exit 0; fi; \
+	  echo "installing python3-grpcio (gRPC C-core) for the proxyless C-core tests"; \
+	  if ! { apt-get update && apt-get install -y python3-grpcio; }; then \
+	    echo "could not install python3-grpcio (apt-get update && apt-get install -y python3-grpcio, as root);"; \
+	    echo "install it by hand, or run the tests without it: make test-unit"; \
+	    exit 1; \
+	  fi
 
 ## browser: Debian's Chromium, which the debug page tests drive headless.
 browser:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Proxyless gRPC demo (make demo): starts xds-server on examples/endpoints.yaml,
-# three backends on the products ports, and a grpc-go client that sends keyed
-# RPCs through xds:///products and checks each against /debug/pick. Everything
-# it starts is stopped on exit, also on failure or Ctrl-C. Exits non-zero
-# unless every key went where the control plane says.
+# Proxyless gRPC demo (make demo, make demo-node): starts xds-server on
+# examples/endpoints.yaml, three backends on the products ports, and a
+# proxyless client that sends keyed RPCs through xds:///products and checks
+# each against /debug/pick: grpc-go (CLIENT=go, the default) or grpc-js
+# (CLIENT=node, examples/grpc-node; NODE_PATH must reach its node_modules).
+# Everything it starts is stopped on exit, also on failure or Ctrl-C. Exits
+# non-zero unless every key went where the control plane says.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -11,6 +13,14 @@ GO=${GO:-go}
 XDS_ADDR=${XDS_ADDR:-127.0.0.1:18000}
 DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:18080}
 N=${N:-1000}
+CLIENT=${CLIENT:-go}
+case "$CLIENT" in
+go | node) ;;
+*)
+	echo "CLIENT must be go or node, not '$CLIENT'" >&2
+	exit 2
+	;;
+esac
 # The products cluster of examples/endpoints.yaml lists these backends.
 BACKENDS=(127.0.0.1:9101 127.0.0.1:9102 127.0.0.1:9103)
 
@@ -56,5 +66,9 @@ for pid in "${pids[@]}"; do
 done
 
 echo "xds-server: xDS $XDS_ADDR, debug page http://$DEBUG_ADDR/ ; backends ${BACKENDS[*]}"
-GRPC_XDS_BOOTSTRAP_CONFIG=$("$work/client" --print-bootstrap --xds-server "$XDS_ADDR") \
-	"$work/client" --debug "http://$DEBUG_ADDR" --target products --header x-product-id -n "$N"
+if [ "$CLIENT" = node ]; then
+	node examples/grpc-node/client.js --xds-server "$XDS_ADDR" --debug "http://$DEBUG_ADDR" --target products --header x-product-id -n "$N"
+else
+	GRPC_XDS_BOOTSTRAP_CONFIG=$("$work/client" --print-bootstrap --xds-server "$XDS_ADDR") \
+		"$work/client" --debug "http://$DEBUG_ADDR" --target products --header x-product-id -n "$N"
+fi

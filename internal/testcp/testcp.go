@@ -15,7 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
@@ -31,6 +33,8 @@ type ControlPlane struct {
 	Source   *watch.FileSource
 	Server   *server.Server
 	Registry *prometheus.Registry
+	// Logs holds every entry the control plane logged at info or above.
+	Logs *observer.ObservedLogs
 	// XDSAddr is the xDS gRPC address; DebugURL the debug server's base URL.
 	XDSAddr  string
 	DebugURL string
@@ -60,9 +64,10 @@ func Start(t testing.TB, file string, opts ...Option) *ControlPlane {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	log := zap.NewNop()
+	observed, logs := observer.New(zap.InfoLevel)
+	log := zap.New(observed)
 	if tt, ok := t.(*testing.T); ok {
-		log = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
+		log = zap.New(zapcore.NewTee(zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel)).Core(), observed))
 	}
 	reg := prometheus.NewRegistry()
 	src, err := watch.NewFileSource(file, watch.FileOptions{Logger: log.Named("file"), Registerer: reg, Debounce: 20 * time.Millisecond})
@@ -108,7 +113,7 @@ func Start(t testing.TB, file string, opts ...Option) *ControlPlane {
 		})
 	}
 	t.Cleanup(stop)
-	cp := &ControlPlane{t: t, File: file, Source: src, Server: srv, Registry: reg,
+	cp := &ControlPlane{t: t, File: file, Source: src, Server: srv, Registry: reg, Logs: logs,
 		XDSAddr: xl.Addr().String(), DebugURL: "http://" + dl.Addr().String(), stop: stop}
 	WaitFor(t, 5*time.Second, "first snapshot", srv.Ready)
 	return cp

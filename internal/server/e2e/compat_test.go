@@ -1,0 +1,115 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/ringxds/ringxds/internal/dataplane"
+	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/testcp"
+)
+
+// sotwACK asks for names of one type on a SotW stream, receives the
+// response and ACKs it, as every gRPC implementation does.
+func sotwACK(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, n *core.Node, typeURL string, names []string) *discovery.DiscoveryResponse {
+	t.Helper()
+	if err := st.Send(&discovery.DiscoveryRequest{Node: n, TypeUrl: typeURL, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatalf("%s: %v", typeURL, err)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// A raw ADS client announcing itself as grpc-java, which hashes endpoints
+// as "/ip:port": the server must not let it pass as agreeing. It shows up
+// as ring_differs on /debug/clients, in the compatibility metric and in a
+// warning naming the cluster.
+func TestGRPCJavaIsReportedAsRingDiffers(t *testing.T) {
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, []int{1, 1, 2})))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := adsClient(t, cp.XDSAddr).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	java := &core.Node{Id: "java-1", UserAgentName: "gRPC Java", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.83.1"}}
+	cds := sotwACK(t, st, java, resource.ClusterType, []string{"products"})
+	var c clusterv3.Cluster
+	if err := cds.GetResources()[0].UnmarshalTo(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.GetLoadBalancingPolicy() == nil || c.GetLbPolicy() != clusterv3.Cluster_RING_HASH {
+		t.Fatalf("grpc-java got lb_policy %v and load_balancing_policy %v; want the grpc translation with both", c.GetLbPolicy(), c.GetLoadBalancingPolicy())
+	}
+	sotwACK(t, st, java, resource.EndpointType, []string{"products"})
+
+	var got server.ClientStatus
+	testcp.WaitFor(t, 5*time.Second, "grpc-java to be assessed", func() bool {
+		var body struct{ Clients []server.ClientStatus }
+		cp.GetJSON("/debug/clients", &body)
+		for _, s := range body.Clients {
+			if s.NodeID == "java-1" && len(s.Verdicts) == 1 {
+				got = s
+				return true
+			}
+		}
+		return false
+	})
+	v := got.Verdicts[0]
+	if got.Implementation.Implementation != dataplane.GRPCJava || got.Implementation.Version.String() != "1.83.1" ||
+		got.Compatibility != dataplane.StateRingDiffers || v.Cluster != "products" || v.Elsewhere < 0.3 || !strings.Contains(v.Reason, `"/ip:port"`) {
+		t.Fatalf("/debug/clients: %+v, compatibility %s, verdict %+v; want grpc-java 1.83.1, ring_differs on products with most keys elsewhere", got.Implementation, got.Compatibility, v)
+	}
+	if n := testutil.ToFloat64(counter(t, cp, "ringxds_xds_client_compatibility", map[string]string{"implementation": "grpc-java", "state": dataplane.StateRingDiffers})); n != 1 {
+		t.Fatalf("ringxds_xds_client_compatibility{grpc-java, ring_differs} = %v, want 1", n)
+	}
+	warned := cp.Logs.FilterMessageSnippet("does not send this cluster's keys where Envoy does").FilterField(zap.String("cluster", "products"))
+	if warned.Len() != 1 {
+		t.Fatalf("%d warnings about products, want 1", warned.Len())
+	}
+	t.Logf("/debug/clients: %s", v.Reason)
+
+	// The page says it too.
+	page := getPage(t, cp.DebugURL+"/")
+	if !strings.Contains(page, "ring_differs") || !strings.Contains(page, "grpc-java 1.83.1") {
+		t.Fatal("the debug page does not show grpc-java's ring_differs verdict")
+	}
+
+	// Gone with the stream.
+	cancel()
+	testcp.WaitFor(t, 5*time.Second, "the stream to close", func() bool {
+		return testutil.ToFloat64(counter(t, cp, "ringxds_xds_client_compatibility", map[string]string{"implementation": "grpc-java", "state": dataplane.StateRingDiffers})) == 0
+	})
+}
+
+func getPage(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
