@@ -23,10 +23,14 @@
 // # Kinds
 //
 // Each cluster is translated once per Kind, because the data planes accept
-// different policies. Envoy cannot run Skipper's ring and gets ring_hash;
-// grpc-go NACKs MAGLEV and gets ring_hash for maglev clusters; the ringxds
-// client library keeps the real policy. Each such substitution is recorded
-// in Snapshot.Notes.
+// different policies and read different fields. Envoy cannot run Skipper's
+// ring and gets ring_hash; gRPC clients NACK MAGLEV and get ring_hash for
+// maglev clusters; the ringxds client library keeps the real policy. Each
+// such substitution is recorded in Snapshot.Notes. The gRPC kinds differ in
+// where the policy goes: KindGRPC carries the typed list and the legacy
+// fields, KindGRPCLegacy the legacy fields alone (grpc-js), and
+// KindGRPCRoundRobin asks for round_robin (gRPC C-core 1.50 and 1.51, which
+// crash in ring_hash); docs/grpc-clients.md says why.
 //
 // # Endpoints
 //
@@ -47,7 +51,9 @@
 //
 // # Decoding
 //
-// Decode reads a published Cluster and ClusterLoadAssignment and builds the
-// ring one kind of data plane would build from them, for the debug endpoint
-// and the client library.
+// DecodeAs reads a published Cluster and ClusterLoadAssignment and builds
+// the ring one implementation (a Dialect) would build from them, for the
+// debug endpoint, the client verdicts and the client library; Decode does
+// so for the implementation a Kind is chosen for. Disagreement measures how
+// much of the key space two such rings send to different endpoints.
 package snapshot
