@@ -94,6 +94,10 @@ type client struct {
 	// clusters when cdsWildcard), the clusters its verdicts are about.
 	clusters    map[string]struct{}
 	cdsWildcard bool
+	// assessed is the snapshot the verdicts were computed against; they are
+	// recomputed when it or the subscription changes.
+	assessed    *snapshot.Snapshot
+	subsChanged bool
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -241,6 +245,11 @@ type subscription struct {
 const maxTrackedClusters = 10000
 
 func (c *client) subscribe(s subscription) {
+	if !s.delta && c.clusters != nil && c.sameClusters(s.names) {
+		// A SotW request restates the subscription with every ACK.
+		return
+	}
+	c.subsChanged = true
 	if !s.delta {
 		c.clusters = make(map[string]struct{}, len(s.names))
 		c.cdsWildcard = len(s.names) == 0
@@ -264,6 +273,23 @@ func (c *client) subscribe(s subscription) {
 		}
 		delete(c.clusters, name)
 	}
+}
+
+// sameClusters reports whether a SotW request names exactly the clusters
+// already tracked.
+func (c *client) sameClusters(names []string) bool {
+	if len(names) == 0 || slices.Contains(names, "*") {
+		return c.cdsWildcard && len(c.clusters) == 0 && len(names) == 0
+	}
+	if c.cdsWildcard || len(names) != len(c.clusters) {
+		return false
+	}
+	for _, n := range names {
+		if _, ok := c.clusters[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // clusterNames lists, sorted, the published clusters the client holds.
@@ -293,9 +319,10 @@ func (r *registry) assess(c *client) {
 		return
 	}
 	snap := r.current()
-	if snap == nil {
+	if snap == nil || snap == c.assessed && !c.subsChanged {
 		return
 	}
+	c.assessed, c.subsChanged = snap, false
 	verdicts := r.assessor.Assess(snap, c.status.Implementation, c.clusterNames(snap))
 	before := make(map[string]string, len(c.status.Verdicts))
 	for _, v := range c.status.Verdicts {

@@ -113,3 +113,60 @@ func getPage(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// Verdicts follow the published resources: a grpc-js client is ok until the
+// cluster's endpoints get hash keys (which grpc-js ignores), is reported
+// from its next ACK on, and is ok again when they go.
+func TestVerdictFollowsPushes(t *testing.T) {
+	backends := testcp.StartBackends(t, 3)
+	plain := endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)
+	keyed := strings.NewReplacer("weight: 1}", "weight: 1, hash_key: pod-ADDR}").Replace(plain)
+	for _, b := range backends {
+		keyed = strings.Replace(keyed, "pod-ADDR", "pod-"+b.Addr[strings.LastIndexByte(b.Addr, ':')+1:], 1)
+	}
+	cp := testcp.Start(t, testcp.TempFile(t, plain))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := adsClient(t, cp.XDSAddr).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &core.Node{Id: "js-1", UserAgentName: "gRPC Node Pure JS", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.14.1"}}
+	sotwACK(t, st, js, resource.ClusterType, []string{"products"})
+	sotwACK(t, st, js, resource.EndpointType, []string{"products"})
+	compat := func() string {
+		var body struct{ Clients []server.ClientStatus }
+		cp.GetJSON("/debug/clients", &body)
+		for _, s := range body.Clients {
+			if s.NodeID == "js-1" && len(s.Verdicts) == 1 {
+				return s.Compatibility
+			}
+		}
+		return ""
+	}
+	testcp.WaitFor(t, 5*time.Second, "grpc-js judged ok", func() bool { return compat() == dataplane.StateOK })
+
+	// ackNext receives the next push and ACKs it, as the client would.
+	ackNext := func() {
+		t.Helper()
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: []string{"products"}, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testcp.WriteFile(t, cp.File, keyed)
+	ackNext()
+	testcp.WaitFor(t, 5*time.Second, "grpc-js judged ring_differs", func() bool { return compat() == dataplane.StateRingDiffers })
+	testcp.WriteFile(t, cp.File, plain)
+	ackNext()
+	testcp.WaitFor(t, 5*time.Second, "grpc-js judged ok again", func() bool { return compat() == dataplane.StateOK })
+	if n := cp.Logs.FilterMessageSnippet("does not send this cluster's keys").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1 (for the change to ring_differs)", n)
+	}
+	if n := cp.Logs.FilterMessageSnippet("now agrees with Envoy").Len(); n != 1 {
+		t.Errorf("%d recovery logs, want 1", n)
+	}
+}
