@@ -496,7 +496,7 @@ func TestBuildNotes(t *testing.T) {
 		{"other weights", model.Cluster{Endpoints: weighted(1, 2)}, []string{"weights sum to 3"}},
 		{"power-of-two sum above the minimum", model.Cluster{MinRingSize: 4, MaxRingSize: 4096, Endpoints: weighted(4, 4, 8)}, []string{"weights sum to 16"}},
 		{"minimum not a power of two", model.Cluster{MinRingSize: 1000, MaxRingSize: 4096, Endpoints: weighted(1, 3)}, []string{"minimum_ring_size is 1000"}},
-		{"ring above the grpc cap", model.Cluster{MinRingSize: 8192, MaxRingSize: 8192, Endpoints: weighted(1, 1)}, []string{"exceeds grpc-go's cap of 4096"}},
+		{"ring above the grpc cap", model.Cluster{MinRingSize: 8192, MaxRingSize: 8192, Endpoints: weighted(1, 1)}, []string{"exceeds the gRPC clients' cap of 4096"}},
 		{"maglev has no ring to agree on", model.Cluster{Policy: model.PolicyMaglev, Endpoints: weighted(1, 2)}, []string{"maglev is published to grpc clients as ring_hash"}},
 		{"hash key equal to another endpoint's address", model.Cluster{Endpoints: []model.Endpoint{
 			{Address: "10.0.0.1", Port: 80}, {Address: "10.0.0.2", Port: 80, HashKey: "10.0.0.1:80"},

@@ -190,10 +190,10 @@ func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 		return nil
 	}
 	if fade != nil && fade.layout {
-		// fadein.ExactWeights makes both walks exact; only grpc-go's cap
-		// can still make them differ.
+		// fadein.ExactWeights makes every walk exact; only the gRPC
+		// clients' ring size cap can still make them differ.
 		if fade.ringSize > ringhash.GRPCRingHashCap {
-			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, ringhash.GRPCRingHashCap)}
+			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds the gRPC clients' cap of %d (grpc-go GRPC_RING_HASH_CAP, grpc.lb.ring_hash.ring_size_cap in grpc-js and C-core): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, ringhash.GRPCRingHashCap)}
 		}
 		return nil
 	}
@@ -207,7 +207,7 @@ func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 // cluster can differ, or "" when they are identical entry for entry.
 func ringsDiffer(c *model.Cluster) string {
 	if c.MinRingSize > ringhash.GRPCRingHashCap || c.MaxRingSize > ringhash.GRPCRingHashCap {
-		return fmt.Sprintf("ring size %d..%d exceeds grpc-go's cap of %d (GRPC_RING_HASH_CAP): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, ringhash.GRPCRingHashCap)
+		return fmt.Sprintf("ring size %d..%d exceeds the gRPC clients' cap of %d (grpc-go GRPC_RING_HASH_CAP, grpc.lb.ring_hash.ring_size_cap in grpc-js and C-core): gRPC clients build a smaller ring than Envoy and pick differently", c.MinRingSize, c.MaxRingSize, ringhash.GRPCRingHashCap)
 	}
 	var sum uint64
 	equal := true
