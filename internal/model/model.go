@@ -188,6 +188,13 @@ func (c *Cluster) ApplyDefaults() {
 		if ep.Scheme == "" {
 			ep.Scheme = DefaultScheme
 		}
+		// One spelling per address: Envoy and C-core hash the canonical
+		// text (inet_ntop), grpc-go and grpc-js the text as published, so
+		// "FD00:0:0::0001" would put one pod on two different rings. An
+		// address that does not parse is left for Validate to report.
+		if a, err := netip.ParseAddr(ep.Address); err == nil && a.Zone() == "" {
+			ep.Address = a.String()
+		}
 	}
 }
 

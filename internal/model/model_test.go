@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,32 @@ func TestClusterEqual(t *testing.T) {
 	loc.Endpoints[0].FirstSeen = t0.In(time.FixedZone("x", 3600))
 	if !loc.Equal(&base) {
 		t.Error("the same instant in another zone compares unequal")
+	}
+}
+
+// Every data plane must see one spelling per address: Envoy and C-core hash
+// the canonical text, grpc-go and grpc-js the text as published.
+func TestNormalizeCanonicalisesAddresses(t *testing.T) {
+	c := Cluster{Name: "c", Endpoints: []Endpoint{
+		{Address: "FD00:0:0::0001", Port: 80},
+		{Address: "0:0:0:0:0:0:0:1", Port: 80},
+		{Address: "::FFFF:10.0.0.2", Port: 80},
+		{Address: "10.0.0.1", Port: 80},
+	}}
+	st := State{Clusters: []Cluster{c}}
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ep := range st.Clusters[0].Endpoints {
+		got = append(got, ep.Address)
+	}
+	if want := []string{"fd00::1", "::1", "::ffff:10.0.0.2", "10.0.0.1"}; !slices.Equal(got, want) {
+		t.Fatalf("addresses %q, want %q", got, want)
+	}
+	// Two spellings of one address are one endpoint listed twice.
+	dup := State{Clusters: []Cluster{{Name: "c", Endpoints: []Endpoint{{Address: "fd00::1", Port: 80}, {Address: "FD00:0:0::0001", Port: 80}}}}}
+	if err := dup.Normalize(); err == nil || !strings.Contains(err.Error(), "duplicates endpoints[0] ([fd00::1]:80)") {
+		t.Fatalf("Normalize = %v, want a duplicate of endpoints[0]", err)
 	}
 }

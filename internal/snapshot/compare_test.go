@@ -3,7 +3,12 @@ package snapshot
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/ringhash"
@@ -103,4 +108,40 @@ func TestDisagreementMatchesSampling(t *testing.T) {
 	if same, _ := Disagreement(envoy, envoy); same != 0 {
 		t.Errorf("a ring against itself: %g", same)
 	}
+}
+
+// Envoy and C-core hash an address as inet_ntop prints it, grpc-js as it
+// was published: a non-canonical spelling splits their rings.
+func TestDecodeAsHashesAddressesAsEachDataPlane(t *testing.T) {
+	snap := build(t, model.Cluster{Name: "c", Endpoints: []model.Endpoint{{Address: "::1", Port: 80}, {Address: "::2", Port: 80}}})
+	// The legacy fields alone: every dialect reads them.
+	cds, cla := published(snap, KindGRPCLegacy, "c")
+	long := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
+	for _, lbe := range long.GetEndpoints()[0].GetLbEndpoints() {
+		sa := lbe.GetEndpoint().GetAddress().GetSocketAddress()
+		sa.Address = strings.ToUpper(strings.Replace(sa.GetAddress(), "::", "0:0:0:0:0:0:0:", 1))
+	}
+	for _, tc := range []struct {
+		d    Dialect
+		same bool
+	}{{DialectEnvoy, true}, {DialectCCore, true}, {DialectGRPCJS, false}, {DialectGRPCGo, false}} {
+		a, err := DecodeAs(cds, cla, tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := DecodeAs(cds, long, tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := strings.Join(entryHashes(a), ",") == strings.Join(entryHashes(b), ",")
+		if same != tc.same {
+			t.Errorf("%s: ring of the long spelling is the same: %v, want %v", tc.d.Name, same, tc.same)
+		}
+	}
+}
+
+func entryHashes(d *Decoded) []string {
+	var out []string
+	d.Ring.(ringhash.Drawable).Entries(func(h uint64, _ int) { out = append(out, strconv.FormatUint(h, 10)) })
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -168,7 +169,11 @@ func buildRing(pol ringPolicy, d Dialect, decoded []DecodedEndpoint, members []m
 	for i, ep := range decoded {
 		eps[i] = ringhash.Endpoint{Key: ep.HashKey, Weight: members[i].weight}
 		if eps[i].Key == "" || !d.HashKey {
-			eps[i].Key = d.KeyPrefix + ep.Addr
+			addr := ep.Addr
+			if d.CanonicalAddress {
+				addr = canonicalHostPort(members[i].host, members[i].port)
+			}
+			eps[i].Key = d.KeyPrefix + addr
 		}
 	}
 	switch pol.name {
@@ -201,6 +206,16 @@ func buildRing(pol ringPolicy, d Dialect, decoded []DecodedEndpoint, members []m
 		opts.MaxRingSize = min(opts.MaxRingSize, d.RingCap)
 	}
 	return ringhash.NewRingHash(eps, opts)
+}
+
+// canonicalHostPort prints an IP address as inet_ntop does (lower case, the
+// longest run of zero groups compressed) with its port; text that is no IP
+// literal is kept.
+func canonicalHostPort(host string, port uint32) string {
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.String()
+	}
+	return net.JoinHostPort(host, strconv.FormatUint(uint64(port), 10))
 }
 
 // selectPolicy picks the policy a data plane of dialect d runs. Each data

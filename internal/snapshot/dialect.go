@@ -45,6 +45,10 @@ type Dialect struct {
 	// KeyPrefix precedes the address in each entry key: grpc-java hashes
 	// the Java socket address text, "/127.0.0.1:8080".
 	KeyPrefix string
+	// CanonicalAddress hashes the address as inet_ntop prints it (Envoy's
+	// Address::Ipv6Instance, C-core's grpc_sockaddr_to_string); otherwise
+	// the address text is hashed as published (grpc-go, grpc-js).
+	CanonicalAddress bool
 	// Weights is how endpoint and locality weights become ring shares.
 	Weights WeightRule
 	// RingCap caps both ring sizes; 0 means no cap.
@@ -79,10 +83,10 @@ const (
 var (
 	// DialectEnvoy is Envoy: typed policy first, Maglev, EDS order,
 	// hash_key, double weights, no cap.
-	DialectEnvoy = Dialect{Name: "envoy", LoadBalancingPolicy: true, Maglev: true, HashKey: true, Weights: WeightsEndpoint}
+	DialectEnvoy = Dialect{Name: "envoy", LoadBalancingPolicy: true, Maglev: true, HashKey: true, CanonicalAddress: true, Weights: WeightsEndpoint}
 	// DialectClientlib is the ringxds client library: Envoy's rings, plus
 	// Skipper through its TypedStruct.
-	DialectClientlib = Dialect{Name: "clientlib", LoadBalancingPolicy: true, Maglev: true, Skipper: true, HashKey: true, Weights: WeightsEndpoint}
+	DialectClientlib = Dialect{Name: "clientlib", LoadBalancingPolicy: true, Maglev: true, Skipper: true, HashKey: true, CanonicalAddress: true, Weights: WeightsEndpoint}
 	// DialectGRPCGo is grpc-go v1.80 and later: keys sorted, A113 weights,
 	// hash_key honoured, ring capped at 4096 (balancer/ringhash).
 	DialectGRPCGo = Dialect{Name: "grpc-go", LoadBalancingPolicy: true, GRPC: true, SortByKey: true, HashKey: true,
@@ -96,7 +100,7 @@ var (
 	// EDS order within a locality, canonical address keys (hash_key only
 	// behind GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT=false), locality x
 	// endpoint weights, cap 4096.
-	DialectCCore = Dialect{Name: "c-core", LoadBalancingPolicy: true, GRPC: true,
+	DialectCCore = Dialect{Name: "c-core", LoadBalancingPolicy: true, GRPC: true, CanonicalAddress: true,
 		Weights: WeightsLocalityProduct, RingCap: ringhash.GRPCRingHashCap}
 	// DialectGRPCJava is grpc-java v1.79 and later: entry keys carry the
 	// Java address text with its leading slash, so it never builds Envoy's
