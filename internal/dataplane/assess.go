@@ -10,6 +10,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
 
@@ -17,13 +18,14 @@ import (
 const (
 	// StateOK: the client sends every key where Envoy does.
 	StateOK = "ok"
-	// StateUnverified: ringxds does not know how the client builds rings.
+	// StateUnverified: ringxds cannot tell (an unknown implementation, or a
+	// ring too large to compare).
 	StateUnverified = "unverified"
-	// StateRingDiffers: the client runs ring_hash on a different ring, so
+	// StateRingDiffers: the client runs a ring, but a different one, so
 	// some keys go to other pods than on Envoy.
 	StateRingDiffers = "ring_differs"
 	// StateIncompatible: the client cannot run a ring for the cluster (it
-	// runs round_robin, rejects the Cluster or crashes).
+	// runs round_robin, rejected the cluster or crashes).
 	StateIncompatible = "incompatible"
 )
 
@@ -52,75 +54,61 @@ func Worst(vs []Verdict) string {
 	return worst
 }
 
-// Verdict says whether one client sends a cluster's keys where the other
-// data planes do.
+// Verdict says whether one client sends a cluster's keys where Envoy does.
 type Verdict struct {
 	Cluster string `json:"cluster"`
 	State   string `json:"state"`
 	// Reason says why, in words an operator can act on; empty for ok.
 	Reason string `json:"reason,omitempty"`
-	// Elsewhere is the fraction of the key space the client sends to
-	// another pod than Envoy does (StateRingDiffers only).
+	// Elsewhere is the share of the key space the client sends to another
+	// pod than Envoy does, when measured (StateRingDiffers).
 	Elsewhere float64 `json:"keys_elsewhere,omitempty"`
 }
 
-// IsReference reports whether the client builds the reference rings
-// itself (Envoy and the client library), so there is nothing to assess.
+// MaxCompareSize bounds the rings and tables a verdict builds: a larger
+// one (a deliberately huge minimum_ring_size) is judged from its size
+// alone, since building it for every client version would cost seconds and
+// gigabytes.
+const MaxCompareSize = 1 << 20
+
+// IsReference reports whether the client is served the reference
+// translation by the implementation it was written for (Envoy, or the
+// client library) and so builds the reference ring itself.
 func (c Client) IsReference() bool {
-	return c.Implementation == Envoy || c.Implementation == Clientlib
+	return c.Implementation == Envoy && c.Kind == snapshot.KindEnvoy ||
+		c.Implementation == Clientlib && c.Kind == snapshot.KindClientlib
 }
 
 // Assess compares the ring the client builds for cluster, from the
-// resources of its kind in snap, with the reference ring: the cluster's
-// ring_hash as Envoy builds it from what gRPC clients are served (for a
-// ring_hash cluster exactly the ring Envoy runs). Envoy and the client
-// library are the references and always agree.
+// resources of its kind in snap, with the ring or table Envoy runs for it.
 func Assess(snap *snapshot.Snapshot, c Client, cluster string) Verdict {
+	var a Assessor
+	return a.Assess(snap, c, []string{cluster})[0]
+}
+
+// static returns the verdict that depends on the client alone, if any: a
+// release known to crash in ring_hash, or an implementation ringxds does
+// not know.
+func static(c Client, cluster string) (Verdict, bool) {
 	v := Verdict{Cluster: cluster, State: StateOK}
 	if c.IsReference() {
-		return v
+		return v, true
 	}
 	if c.crashesInRingHash() {
 		v.State = StateIncompatible
-		v.Reason = fmt.Sprintf("%s crashes (SIGSEGV) as soon as it runs ring_hash (grpc/grpc#31766, fixed in gRPC 1.52)", c.UserAgent())
+		v.Reason = fmt.Sprintf("%s crashes (SIGSEGV) as soon as it runs ring_hash (grpc/grpc#31766; 1.53 and later have the fix)", c.UserAgent())
 		if c.Kind == snapshot.KindGRPCRoundRobin {
 			v.Reason += ": ringxds serves it round_robin, so its keys are spread at random. Upgrade to gRPC 1.53 or later"
 		} else {
-			v.Reason += fmt.Sprintf(", and its node metadata asks for the %q translation, which has ring_hash: expect it to crash. Upgrade to gRPC 1.53 or later", c.Kind)
+			v.Reason += fmt.Sprintf(", and its node metadata asks for the %q translation: expect it to crash. Upgrade to gRPC 1.53 or later", c.Kind)
 		}
-		return v
+		return v, true
 	}
-	d, known := c.Dialect()
-	if !known {
+	if _, known := c.Dialect(); !known {
 		v.State, v.Reason = StateUnverified, fmt.Sprintf("ringxds does not know how %s builds rings: nothing checks that its keys go where Envoy's do", c.UserAgent())
-		return v
+		return v, true
 	}
-	cds, cla := resources(snap, c.Kind, cluster)
-	refCDS, _ := resources(snap, snapshot.KindGRPC, cluster)
-	if cds == nil || cla == nil || refCDS == nil {
-		v.State, v.Reason = StateUnverified, "the cluster is not published"
-		return v
-	}
-	got, err := snapshot.DecodeAs(cds, cla, d)
-	if err != nil {
-		v.State, v.Reason = StateIncompatible, incompatibleReason(c, d, cds, err)
-		return v
-	}
-	ref, err := snapshot.DecodeAs(refCDS, cla, snapshot.DialectEnvoy)
-	if err != nil {
-		v.State, v.Reason = StateUnverified, "no reference ring: "+err.Error()
-		return v
-	}
-	differ, err := snapshot.Disagreement(ref, got)
-	if err != nil {
-		v.State, v.Reason = StateUnverified, err.Error()
-		return v
-	}
-	if differ > 0 {
-		v.State, v.Elsewhere = StateRingDiffers, differ
-		v.Reason = differsReason(c, d, ref, got, differ)
-	}
-	return v
+	return v, false
 }
 
 func resources(snap *snapshot.Snapshot, kind snapshot.Kind, cluster string) (*clusterv3.Cluster, *endpointv3.ClusterLoadAssignment) {
@@ -133,35 +121,86 @@ func resources(snap *snapshot.Snapshot, kind snapshot.Kind, cluster string) (*cl
 	return cds, cla
 }
 
-func incompatibleReason(c Client, d snapshot.Dialect, cds *clusterv3.Cluster, err error) string {
-	if errors.Is(err, snapshot.ErrNotConsistentHash) {
-		if !d.LoadBalancingPolicy && cds.GetLoadBalancingPolicy() != nil {
-			return fmt.Sprintf("%s reads only the legacy lb_policy field (it predates gRFC A52), and the %q translation it gets sets load_balancing_policy alone: it runs round_robin, so its keys are spread at random", c.UserAgent(), c.Kind)
-		}
-		return fmt.Sprintf("%s runs a policy without a ring, so its keys are spread at random: %v", c.UserAgent(), err)
+// judge computes the verdict of a dialect served kind on one cluster.
+func judge(d snapshot.Dialect, kind snapshot.Kind, cluster string, cds, envoyCDS *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, ref *reference) Verdict {
+	v := Verdict{Cluster: cluster, State: StateOK}
+	if size := largestSize(cds); size > MaxCompareSize {
+		v.State, v.Reason = StateUnverified, fmt.Sprintf("the cluster's ring may have %d entries, too many to compare", size)
+		return v
 	}
-	return fmt.Sprintf("%s rejects (NACKs) the cluster and keeps its previous config, if any: %v", c.UserAgent(), err)
+	got, err := snapshot.DecodeAs(cds, cla, d)
+	if err != nil {
+		v.State, v.Reason = StateIncompatible, incompatibleReason(d, kind, cds, err)
+		return v
+	}
+	switch {
+	case ref.err != nil:
+		v.State, v.Reason = StateUnverified, "no reference: "+ref.err.Error()
+		return v
+	case ref.ring == nil:
+		v.State, v.Reason = StateUnverified, fmt.Sprintf("Envoy's ring or table for the cluster may have %d entries, too many to compare", largestSize(envoyCDS))
+		return v
+	}
+	differ, exact, err := snapshot.Disagreement(ref.ring, got)
+	if err != nil {
+		v.State, v.Reason = StateUnverified, err.Error()
+		return v
+	}
+	if differ > 0 {
+		v.State, v.Elsewhere = StateRingDiffers, differ
+		v.Reason = differsReason(d, ref.ring, got, differ, exact)
+	}
+	return v
 }
 
-func differsReason(c Client, d snapshot.Dialect, ref, got *snapshot.Decoded, differ float64) string {
+// largestSize is the most entries (or slots) a published Cluster can ask
+// for: its maximum ring size, or its Maglev table size.
+func largestSize(cds *clusterv3.Cluster) uint64 {
+	var size uint64
+	if rh := cds.GetRingHashLbConfig(); rh != nil {
+		size = max(size, rh.GetMaximumRingSize().GetValue(), rh.GetMinimumRingSize().GetValue())
+	}
+	if mg := cds.GetMaglevLbConfig(); mg != nil {
+		size = max(size, mg.GetTableSize().GetValue())
+	}
+	for _, p := range cds.GetLoadBalancingPolicy().GetPolicies() {
+		size = max(size, snapshot.PolicySize(p.GetTypedExtensionConfig().GetTypedConfig()))
+	}
+	return size
+}
+
+func incompatibleReason(d snapshot.Dialect, kind snapshot.Kind, cds *clusterv3.Cluster, err error) string {
+	if errors.Is(err, snapshot.ErrNotConsistentHash) {
+		if !d.LoadBalancingPolicy && cds.GetLoadBalancingPolicy() != nil {
+			return fmt.Sprintf("this %s release reads only the legacy lb_policy field (it predates gRFC A52), and the %q translation it gets sets load_balancing_policy alone: it runs round_robin, so its keys are spread at random", d.Name, kind)
+		}
+		return fmt.Sprintf("%s runs a policy without a ring, so its keys are spread at random: %v", d.Name, err)
+	}
+	return fmt.Sprintf("%s rejects (NACKs) the cluster as served (%q) and keeps its previous config, if any: %v", d.Name, kind, err)
+}
+
+func differsReason(d snapshot.Dialect, ref, got *snapshot.Decoded, differ float64, exact bool) string {
 	var why []string
+	if ref.Ring.Policy() != got.Ring.Policy() {
+		why = append(why, fmt.Sprintf("Envoy runs %s on this cluster, which %s cannot, and %s runs %s", ref.Ring.Policy(), d.Name, d.Name, got.Ring.Policy()))
+	}
 	if d.KeyPrefix != "" {
 		why = append(why, fmt.Sprintf("it hashes each endpoint as %q, not as Envoy does", d.KeyPrefix+"ip:port"))
 	}
 	if !d.HashKey && hasHashKey(got) {
 		why = append(why, "it ignores the envoy.lb hash_key metadata and hashes addresses")
 	}
-	if got.Ring.Size() != ref.Ring.Size() {
-		why = append(why, fmt.Sprintf("its ring has %d entries, Envoy's %d (gRPC caps ring sizes at %d)", got.Ring.Size(), ref.Ring.Size(), d.RingCap))
+	if ref.Ring.Policy() == got.Ring.Policy() && got.Ring.Size() != ref.Ring.Size() {
+		why = append(why, fmt.Sprintf("its ring has %d entries, Envoy's %d (gRPC caps ring sizes at %d)", got.Ring.Size(), ref.Ring.Size(), ringhash.GRPCRingHashCap))
 	}
 	if len(why) == 0 {
 		why = append(why, "it rounds weighted ring shares differently (docs/ring-sizes.md)")
 	}
 	amount := fmt.Sprintf("%.3g%%", 100*differ)
-	if d.Approximate {
+	if d.Approximate || !exact {
 		amount = "about " + amount
 	}
-	return fmt.Sprintf("%s sends %s of keys to another pod than Envoy: %s", c.UserAgent(), amount, strings.Join(why, "; "))
+	return fmt.Sprintf("%s sends %s of keys to another pod than Envoy: %s", d.Name, amount, strings.Join(why, "; "))
 }
 
 func hasHashKey(d *snapshot.Decoded) bool {
@@ -173,76 +212,106 @@ func hasHashKey(d *snapshot.Decoded) bool {
 	return false
 }
 
-// Assessor caches verdicts per client and cluster while the resources they
-// were computed from stay published, so clients can be assessed on every
-// ACK: a ring is decoded once per implementation and cluster change, not
-// once per client. It is safe for concurrent use.
+// Assessor caches verdicts while the resources they were computed from stay
+// published, so clients can be assessed on every ACK: a ring is decoded once
+// per dialect and cluster change, not once per client, and Envoy's ring
+// once per cluster change. It is safe for concurrent use; rings are decoded
+// outside its lock, and callers wanting the same verdict wait for one
+// decode.
 type Assessor struct {
-	mu      sync.Mutex
-	snap    *snapshot.Snapshot
-	entries map[assessKey]assessEntry
+	mu       sync.Mutex
+	verdicts map[verdictKey]*verdictEntry
+	refs     map[string]*reference
 }
 
-type assessKey struct {
-	client  Client
+type verdictKey struct {
+	dialect snapshot.Dialect
+	kind    snapshot.Kind
 	cluster string
 }
 
-// assessEntry is a verdict and the resources it was computed from.
-type assessEntry struct {
-	cds, ref *clusterv3.Cluster
-	cla      *endpointv3.ClusterLoadAssignment
-	verdict  Verdict
+// verdictEntry is a verdict and the resources it was computed from; ready
+// is closed once verdict is set.
+type verdictEntry struct {
+	cds, envoyCDS *clusterv3.Cluster
+	cla           *endpointv3.ClusterLoadAssignment
+	ready         chan struct{}
+	verdict       Verdict
 }
 
-// Assess returns Assess(snap, c, cluster) for each cluster, from the cache
-// where the resources are unchanged.
+// reference is Envoy's decoded ring or table of one cluster; ring is nil
+// when it is too large to build.
+type reference struct {
+	cds   *clusterv3.Cluster
+	cla   *endpointv3.ClusterLoadAssignment
+	ready chan struct{}
+	ring  *snapshot.Decoded
+	err   error
+}
+
+// maxAssessEntries bounds the caches: dialects are few, but cluster names
+// come from clients.
+const maxAssessEntries = 1 << 16
+
+// Assess returns the verdict of client c on each cluster, as published in
+// snap.
 func (a *Assessor) Assess(snap *snapshot.Snapshot, c Client, clusters []string) []Verdict {
-	if c.IsReference() {
-		out := make([]Verdict, len(clusters))
-		for i, name := range clusters {
-			out[i] = Verdict{Cluster: name, State: StateOK}
-		}
-		return out
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.snap != snap {
-		a.snap = snap
-		// Builder reuses the resources of unchanged clusters, so entries
-		// that still point at published resources are still right.
-		kept := make(map[assessKey]assessEntry, len(a.entries))
-		for k, e := range a.entries {
-			cds, cla := resources(snap, k.client.Kind, k.cluster)
-			ref, _ := resources(snap, snapshot.KindGRPC, k.cluster)
-			if cds == e.cds && cla == e.cla && ref == e.ref {
-				kept[k] = e
-			}
-		}
-		a.entries = kept
-	}
-	if a.entries == nil || len(a.entries) >= maxAssessEntries {
-		// User agents and subscribed names come from clients: a client
-		// cycling through made-up versions must not grow the cache.
-		a.entries = make(map[assessKey]assessEntry)
-	}
 	out := make([]Verdict, len(clusters))
+	d, _ := c.Dialect()
 	for i, name := range clusters {
-		k := assessKey{c, name}
-		if e, ok := a.entries[k]; ok {
-			out[i] = e.verdict
+		if v, ok := static(c, name); ok {
+			out[i] = v
 			continue
 		}
-		out[i] = Assess(snap, c, name)
-		cds, cla := resources(snap, c.Kind, name)
-		ref, _ := resources(snap, snapshot.KindGRPC, name)
-		if cds != nil {
-			a.entries[k] = assessEntry{cds: cds, cla: cla, ref: ref, verdict: out[i]}
-		}
+		out[i] = a.verdict(snap, d, c.Kind, name)
 	}
 	return out
 }
 
-// maxAssessEntries bounds the cache; real fleets run a handful of client
-// versions against at most thousands of clusters.
-const maxAssessEntries = 1 << 16
+func (a *Assessor) verdict(snap *snapshot.Snapshot, d snapshot.Dialect, kind snapshot.Kind, cluster string) Verdict {
+	cds, cla := resources(snap, kind, cluster)
+	envoyCDS, envoyCLA := resources(snap, snapshot.KindEnvoy, cluster)
+	if cds == nil || cla == nil || envoyCDS == nil {
+		return Verdict{Cluster: cluster, State: StateUnverified, Reason: "the cluster is not published"}
+	}
+	key := verdictKey{d, kind, cluster}
+	a.mu.Lock()
+	if a.verdicts == nil || len(a.verdicts) >= maxAssessEntries {
+		a.verdicts = make(map[verdictKey]*verdictEntry)
+	}
+	e := a.verdicts[key]
+	if e == nil || e.cds != cds || e.cla != cla || e.envoyCDS != envoyCDS {
+		e = &verdictEntry{cds: cds, cla: cla, envoyCDS: envoyCDS, ready: make(chan struct{})}
+		a.verdicts[key] = e
+		a.mu.Unlock()
+		e.verdict = judge(d, kind, cluster, cds, envoyCDS, cla, a.reference(cluster, envoyCDS, envoyCLA))
+		close(e.ready)
+		return e.verdict
+	}
+	a.mu.Unlock()
+	<-e.ready
+	return e.verdict
+}
+
+// reference returns Envoy's ring or table for the cluster, decoding it once
+// per change of its resources.
+func (a *Assessor) reference(cluster string, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) *reference {
+	a.mu.Lock()
+	if a.refs == nil || len(a.refs) >= maxAssessEntries {
+		a.refs = make(map[string]*reference)
+	}
+	r := a.refs[cluster]
+	if r == nil || r.cds != cds || r.cla != cla {
+		r = &reference{cds: cds, cla: cla, ready: make(chan struct{})}
+		a.refs[cluster] = r
+		a.mu.Unlock()
+		if largestSize(cds) <= MaxCompareSize {
+			r.ring, r.err = snapshot.DecodeAs(cds, cla, snapshot.DialectEnvoy)
+		}
+		close(r.ready)
+		return r
+	}
+	a.mu.Unlock()
+	<-r.ready
+	return r
+}

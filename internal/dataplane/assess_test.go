@@ -48,6 +48,7 @@ func TestAssess(t *testing.T) {
 		model.Cluster{Name: "inventory", Policy: model.PolicyMaglev, Endpoints: endpoints(1, 1, 1)},
 		model.Cluster{Name: "catalog", Policy: model.PolicySkipper, Endpoints: endpoints(1, 1, 1)},
 		model.Cluster{Name: "big", MinRingSize: 8192, MaxRingSize: 8192, Endpoints: endpoints(1, 1, 1)},
+		model.Cluster{Name: "huge", MinRingSize: 2 << 20, MaxRingSize: 2 << 20, Endpoints: endpoints(1, 1, 1)},
 	)
 	forced := func(c Client, kind snapshot.Kind) Client { c.Kind, c.KindFromMetadata = kind, true; return c }
 	for _, tc := range []struct {
@@ -59,14 +60,17 @@ func TestAssess(t *testing.T) {
 	}{
 		{"envoy is the reference", client(Envoy, 1, 37), "products", StateOK, ""},
 		{"grpc-go", client(GRPCGo, 1, 85), "products", StateOK, ""},
-		{"grpc-go on maglev served as ring_hash", client(GRPCGo, 1, 85), "inventory", StateOK, ""},
+		{"grpc-go on maglev served as ring_hash", client(GRPCGo, 1, 85), "inventory", StateRingDiffers, "Envoy runs maglev on this cluster, which grpc-go cannot"},
 		{"grpc-go on skipper served as ring_hash", client(GRPCGo, 1, 85), "catalog", StateOK, ""},
 		{"grpc-go with hash keys", client(GRPCGo, 1, 85), "keyed", StateOK, ""},
 		{"grpc-go before A76 ignores hash keys", client(GRPCGo, 1, 78), "keyed", StateRingDiffers, "ignores the envoy.lb hash_key"},
 		{"grpc-go before A52 reads the legacy fields", client(GRPCGo, 1, 50), "products", StateOK, ""},
 		{"grpc-go caps the ring", client(GRPCGo, 1, 85), "big", StateRingDiffers, "its ring has 4096 entries, Envoy's 8192"},
 		{"grpc-js", client(GRPCJS, 1, 14), "products", StateOK, ""},
-		{"grpc-js on maglev", client(GRPCJS, 1, 14), "inventory", StateOK, ""},
+		{"grpc-js on maglev", client(GRPCJS, 1, 14), "inventory", StateRingDiffers, "about"},
+		{"a huge ring is not built", client(GRPCJS, 1, 14), "huge", StateUnverified, "too many to compare"},
+		{"an Envoy served round_robin by its metadata", forced(client(Envoy, 1, 37), snapshot.KindGRPCRoundRobin), "products", StateIncompatible, "without a ring"},
+		{"an Envoy served the grpc kind", forced(client(Envoy, 1, 37), snapshot.KindGRPC), "products", StateOK, ""},
 		{"grpc-js hashes addresses", client(GRPCJS, 1, 14), "keyed", StateRingDiffers, "ignores the envoy.lb hash_key"},
 		{"grpc-js given the typed sizes NACKs", forced(client(GRPCJS, 1, 14), snapshot.KindGRPC), "products", StateIncompatible, "min_ring_size must be a number"},
 		{"c-core 1.53", client(CCore, 1, 53), "products", StateOK, ""},
@@ -116,8 +120,8 @@ func TestAssessorReusesVerdictsOfUnchangedClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := a.Assess(snap2, java, []string{"a", "b"})
-	if len(a.entries) != 2 {
-		t.Fatalf("%d cached verdicts, want 2", len(a.entries))
+	if len(a.verdicts) != 2 || len(a.refs) != 2 {
+		t.Fatalf("%d cached verdicts and %d references, want 2 each", len(a.verdicts), len(a.refs))
 	}
 	if first[0] != second[0] {
 		t.Errorf("unchanged cluster a: %+v then %+v", first[0], second[0])

@@ -95,9 +95,15 @@ type client struct {
 	clusters    map[string]struct{}
 	cdsWildcard bool
 	// assessed is the snapshot the verdicts were computed against; they are
-	// recomputed when it or the subscription changes.
+	// recomputed when it or the subscription changes. assessGen counts
+	// assessments, so one that finished late does not overwrite a newer.
 	assessed    *snapshot.Snapshot
 	subsChanged bool
+	assessGen   uint64
+	// nodeKey is what identified the node (user agent and kind metadata);
+	// a later request naming another re-identifies the stream.
+	nodeKey string
+	closed  bool
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -143,6 +149,7 @@ func (r *registry) closed(protocol string, id int64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	if c.identified {
 		r.metrics.connected.WithLabelValues(string(c.status.Kind), protocol).Dec()
 		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
@@ -157,12 +164,23 @@ func (r *registry) get(protocol string, id int64) *client {
 	return c
 }
 
-// identify records the node the first time a stream names one.
+// identify records the node the first time a stream names one, and again
+// when a later request names a node that reads differently (go-control-plane
+// serves each request by the node it carries).
 func (r *registry) identify(c *client, n *core.Node) {
-	if c.identified || n == nil || n.GetId() == "" && n.GetUserAgentName() == "" {
+	if n == nil || n.GetId() == "" && n.GetUserAgentName() == "" {
 		return
 	}
-	c.identified = true
+	key := nodeKey(n)
+	if c.identified && key == c.nodeKey {
+		return
+	}
+	if c.identified {
+		r.metrics.connected.WithLabelValues(string(c.status.Kind), c.status.Protocol).Dec()
+		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
+		c.assessed, c.status.Verdicts = nil, nil
+	}
+	c.identified, c.nodeKey = true, key
 	c.status.NodeID = n.GetId()
 	c.status.NodeCluster = n.GetCluster()
 	c.status.UserAgent = strings.TrimSpace(n.GetUserAgentName() + " " + n.GetUserAgentVersion())
@@ -177,6 +195,12 @@ func (r *registry) identify(c *client, n *core.Node) {
 		zap.String("implementation", c.status.Implementation.UserAgent()),
 		zap.String("protocol", c.status.Protocol), zap.String("peer", c.status.Peer),
 		zap.String("user_agent", c.status.UserAgent))
+}
+
+// nodeKey is the part of a node that decides its identity and kind.
+func nodeKey(n *core.Node) string {
+	return n.GetId() + "\x00" + n.GetUserAgentName() + "\x00" + n.GetUserAgentVersion() + "\x00" +
+		n.GetMetadata().GetFields()[dataplane.KindMetadataKey].GetStringValue()
 }
 
 func (c *client) typeStatus(typeURL string) *TypeStatus {
@@ -195,11 +219,19 @@ func (c *client) typeStatus(typeURL string) *TypeStatus {
 // SotW requests restate the whole subscription (subscribed is the new count);
 // delta requests change it (subscribed is the difference).
 func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool, subs subscription) {
+	if r.record(c, n, typeURL, version, nonce, errDetail, subscribed, wildcard, subs) {
+		r.assess(c)
+	}
+}
+
+// record updates the stream's status for one request and reports whether
+// its verdicts need recomputing.
+func (r *registry) record(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool, subs subscription) (reassess bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r.identify(c, n)
 	if typeURL == resource.ClusterType {
-		c.subscribe(subs)
+		reassess = c.subscribe(subs)
 	}
 	ts := c.typeStatus(typeURL)
 	if c.status.Protocol == ProtocolDelta {
@@ -209,13 +241,14 @@ func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce stri
 		ts.Subscribed, ts.Wildcard = subscribed, wildcard
 	}
 	if nonce == "" {
-		return
+		return reassess
 	}
 	if c.status.Protocol == ProtocolDelta {
 		version = c.sentByNonce[nonce]
 		delete(c.sentByNonce, nonce)
 	}
 	kind, short := string(c.status.Kind), shortType(typeURL)
+	ringTypes := typeURL == resource.ClusterType || typeURL == resource.EndpointType
 	if errDetail != nil {
 		ts.Nacks++
 		ts.LastNack = &Nack{Version: version, Nonce: nonce, Message: errDetail.GetMessage(), At: r.now()}
@@ -223,131 +256,14 @@ func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce stri
 		r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
 			zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
 			zap.String("version", version), zap.String("nonce", nonce), zap.String("error", errDetail.GetMessage()))
-		return
+		if ringTypes {
+			r.nacked(c, short, errDetail.GetMessage())
+		}
+		return false
 	}
 	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = version, nonce, r.now()
 	r.metrics.acks.WithLabelValues(kind, short).Inc()
-	if typeURL == resource.ClusterType || typeURL == resource.EndpointType {
-		r.assess(c)
-	}
-}
-
-// subscription is what one request says about the CDS names a client
-// wants: the whole set (SotW) or a change to it (delta).
-type subscription struct {
-	delta   bool
-	names   []string // SotW: the whole set, empty for wildcard; delta: added
-	removed []string // delta: removed
-}
-
-// maxTrackedClusters bounds the names kept per client for its verdicts: a
-// client naming more is assessed on the first ones.
-const maxTrackedClusters = 10000
-
-func (c *client) subscribe(s subscription) {
-	if !s.delta && c.clusters != nil && c.sameClusters(s.names) {
-		// A SotW request restates the subscription with every ACK.
-		return
-	}
-	c.subsChanged = true
-	if !s.delta {
-		c.clusters = make(map[string]struct{}, len(s.names))
-		c.cdsWildcard = len(s.names) == 0
-	} else if c.clusters == nil {
-		c.clusters = make(map[string]struct{}, len(s.names))
-		// Envoy's first delta CDS request names nothing and means all.
-		c.cdsWildcard = len(s.names) == 0
-	}
-	for _, name := range s.names {
-		if name == "*" {
-			c.cdsWildcard = true
-			continue
-		}
-		if len(c.clusters) < maxTrackedClusters {
-			c.clusters[name] = struct{}{}
-		}
-	}
-	for _, name := range s.removed {
-		if name == "*" {
-			c.cdsWildcard = false
-		}
-		delete(c.clusters, name)
-	}
-}
-
-// sameClusters reports whether a SotW request names exactly the clusters
-// already tracked.
-func (c *client) sameClusters(names []string) bool {
-	if len(names) == 0 || slices.Contains(names, "*") {
-		return c.cdsWildcard && len(c.clusters) == 0 && len(names) == 0
-	}
-	if c.cdsWildcard || len(names) != len(c.clusters) {
-		return false
-	}
-	for _, n := range names {
-		if _, ok := c.clusters[n]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// clusterNames lists, sorted, the published clusters the client holds.
-func (c *client) clusterNames(snap *snapshot.Snapshot) []string {
-	published := snap.Kinds[c.status.Kind][resource.ClusterType]
-	var names []string
-	if c.cdsWildcard {
-		names = make([]string, 0, len(published))
-		for name := range published {
-			names = append(names, name)
-		}
-	} else {
-		for name := range c.clusters {
-			if _, ok := published[name]; ok {
-				names = append(names, name)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
-// assess judges every cluster the client holds against the published
-// snapshot, and logs and counts what changed.
-func (r *registry) assess(c *client) {
-	if r.current == nil || c.status.Implementation.IsReference() {
-		return
-	}
-	snap := r.current()
-	if snap == nil || snap == c.assessed && !c.subsChanged {
-		return
-	}
-	c.assessed, c.subsChanged = snap, false
-	verdicts := r.assessor.Assess(snap, c.status.Implementation, c.clusterNames(snap))
-	before := make(map[string]string, len(c.status.Verdicts))
-	for _, v := range c.status.Verdicts {
-		before[v.Cluster] = v.State
-	}
-	for _, v := range verdicts {
-		was, known := before[v.Cluster]
-		switch {
-		case v.State != dataplane.StateOK && v.State != was:
-			r.log.Warn("xDS client does not send this cluster's keys where Envoy does",
-				zap.String("node", c.status.NodeID), zap.String("implementation", c.status.Implementation.UserAgent()),
-				zap.String("cluster", v.Cluster), zap.String("verdict", v.State), zap.String("reason", v.Reason))
-		case v.State == dataplane.StateOK && known && was != dataplane.StateOK:
-			r.log.Info("xDS client now agrees with Envoy on this cluster",
-				zap.String("node", c.status.NodeID), zap.String("cluster", v.Cluster))
-		}
-	}
-	worst := dataplane.Worst(verdicts)
-	if worst != c.status.Compatibility {
-		impl := c.status.Implementation.Implementation
-		r.metrics.compatibility.WithLabelValues(impl, c.status.Compatibility).Dec()
-		r.metrics.compatibility.WithLabelValues(impl, worst).Inc()
-		c.status.Compatibility = worst
-	}
-	c.status.Verdicts = verdicts
+	return reassess || ringTypes
 }
 
 func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {

@@ -66,6 +66,11 @@ type Server struct {
 	// only resources the builder did not reuse.
 	published map[string]map[string]publishedResource
 	current   atomic.Pointer[snapshot.Snapshot]
+	// publishing is the snapshot whose resources are going into the caches:
+	// current, or the next one while Apply updates the caches. Clients
+	// acknowledge pushes of it before Apply stores it as current, so their
+	// verdicts are judged against it.
+	publishing atomic.Pointer[snapshot.Snapshot]
 	// ready is closed by the first successful Apply.
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -121,7 +126,7 @@ func New(ctx context.Context, opts Options) *Server {
 		ready:     make(chan struct{}),
 	}
 	s.registry.now = now
-	s.registry.current = s.Current
+	s.registry.current = s.publishing.Load
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
 	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
 	s.groups = make(map[string][]groupRef, len(resourceTypes))
@@ -261,12 +266,14 @@ func (s *Server) applyLocked(state model.State) error {
 		s.log.Error("snapshot has resources that cannot be serialized; keeping the published snapshot", zap.Error(err))
 		return err
 	}
+	s.publishing.Store(snap)
 	// Upserts go in dependency order, then deletions in reverse.
 	for _, ch := range changes {
 		if len(ch.upserts) == 0 {
 			continue
 		}
 		if err := s.caches[ch.group].UpdateResources(ch.upserts, nil); err != nil {
+			s.publishing.Store(s.current.Load())
 			return fmt.Errorf("update %s: %w", ch.group, err)
 		}
 		s.countChanges(ch.group, ch.upserts, s.published[ch.group])
@@ -277,6 +284,7 @@ func (s *Server) applyLocked(state model.State) error {
 			continue
 		}
 		if err := s.caches[ch.group].UpdateResources(nil, ch.deletes); err != nil {
+			s.publishing.Store(s.current.Load())
 			return fmt.Errorf("update %s: %w", ch.group, err)
 		}
 		s.metrics.snapshotChanges.WithLabelValues(ch.group, "delete").Add(float64(len(ch.deletes)))

@@ -57,14 +57,14 @@ func TestDisagreementExact(t *testing.T) {
 		// b ends at the top of the hash space: (200, max] is x in a, y in b.
 		{"entry at max", ring(100, 200), ring(100, math.MaxUint64), math.MaxUint64 - 200},
 	} {
-		got, err := Disagreement(tc.a, tc.b)
-		if err != nil {
-			t.Fatal(err)
+		got, exact, err := Disagreement(tc.a, tc.b)
+		if err != nil || !exact {
+			t.Fatalf("%s: exact %v, %v", tc.name, exact, err)
 		}
 		if want := tc.want / math.Exp2(64); got != want {
 			t.Errorf("%s: %g, want %g", tc.name, got, want)
 		}
-		if back, _ := Disagreement(tc.b, tc.a); back != got {
+		if back, _, _ := Disagreement(tc.b, tc.a); back != got {
 			t.Errorf("%s: not symmetric: %g vs %g", tc.name, got, back)
 		}
 	}
@@ -84,9 +84,9 @@ func TestDisagreementMatchesSampling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Disagreement(envoy, java)
-	if err != nil {
-		t.Fatal(err)
+	got, exact, err := Disagreement(envoy, java)
+	if err != nil || !exact {
+		t.Fatalf("exact %v, %v", exact, err)
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n = 200000
@@ -105,8 +105,43 @@ func TestDisagreementMatchesSampling(t *testing.T) {
 	if got < 0.5 || got > 0.8 {
 		t.Errorf("grpc-java vs Envoy on three equal endpoints: %.3f of keys differ, want about 2/3", got)
 	}
-	if same, _ := Disagreement(envoy, envoy); same != 0 {
+	if same, _, _ := Disagreement(envoy, envoy); same != 0 {
 		t.Errorf("a ring against itself: %g", same)
+	}
+}
+
+// A Maglev table against the ring gRPC clients build for the same cluster:
+// sampled, and close to the share of random hashes that differ.
+func TestDisagreementMaglevIsSampled(t *testing.T) {
+	snap := build(t, model.Cluster{Name: "c", Policy: model.PolicyMaglev, Endpoints: threeEndpoints()})
+	envoyCDS, cla := published(snap, KindEnvoy, "c")
+	grpcCDS, _ := published(snap, KindGRPC, "c")
+	maglev, err := DecodeAs(envoyCDS, cla, DialectEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := DecodeAs(grpcCDS, cla, DialectGRPCGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, exact, err := Disagreement(maglev, ring)
+	if err != nil || exact {
+		t.Fatalf("exact %v, %v; want a sampled figure", exact, err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	differ := 0
+	const n = 200000
+	for range n {
+		h := rng.Uint64()
+		if maglev.Endpoints[maglev.Ring.Pick(h)].Addr != ring.Endpoints[ring.Ring.Pick(h)].Addr {
+			differ++
+		}
+	}
+	if sampled := float64(differ) / n; math.Abs(got-sampled) > 0.01 {
+		t.Errorf("Disagreement %.4f, random hashes %.4f", got, sampled)
+	}
+	if same, _, _ := Disagreement(maglev, maglev); same != 0 {
+		t.Errorf("a table against itself: %g", same)
 	}
 }
 

@@ -339,6 +339,25 @@ func decodePolicy(cfg *anypb.Any, d Dialect) (pol ringPolicy, ok bool, err error
 	}
 }
 
+// PolicySize returns the ring or table size a load_balancing_policy entry
+// asks for (the larger ring size, or the Maglev table size), 0 for any
+// other entry or one that does not parse.
+func PolicySize(cfg *anypb.Any) uint64 {
+	switch cfg.GetTypeUrl() {
+	case typeURLRingHash:
+		rh := &ringhashv3.RingHash{}
+		if cfg.UnmarshalTo(rh) == nil {
+			return max(rh.GetMinimumRingSize().GetValue(), rh.GetMaximumRingSize().GetValue())
+		}
+	case typeURLMaglev:
+		m := &maglevv3.Maglev{}
+		if cfg.UnmarshalTo(m) == nil {
+			return m.GetTableSize().GetValue()
+		}
+	}
+	return 0
+}
+
 // typedStructURL returns the type_url inside a TypedStruct of either
 // version.
 func typedStructURL(cfg *anypb.Any) (string, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/server"
@@ -168,5 +169,119 @@ func TestVerdictFollowsPushes(t *testing.T) {
 	}
 	if n := cp.Logs.FilterMessageSnippet("now agrees with Envoy").Len(); n != 1 {
 		t.Errorf("%d recovery logs, want 1", n)
+	}
+}
+
+// clientStatus returns the /debug/clients entry of a node, or false.
+func clientStatus(cp *testcp.ControlPlane, nodeID string) (server.ClientStatus, bool) {
+	var body struct{ Clients []server.ClientStatus }
+	cp.GetJSON("/debug/clients", &body)
+	for _, s := range body.Clients {
+		if s.NodeID == nodeID {
+			return s, true
+		}
+	}
+	return server.ClientStatus{}, false
+}
+
+// A client that rejects its cluster runs whatever it held before, or
+// nothing: it is incompatible until it accepts one again, and the verdict
+// carries its error.
+func TestNACKingClientIsIncompatible(t *testing.T) {
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := adsClient(t, cp.XDSAddr).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &core.Node{Id: "js-nack", UserAgentName: "gRPC Node Pure JS", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.14.1"}}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: js, TypeUrl: resource.ClusterType, ResourceNames: []string{"products"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NACK the first response, as grpc-js does with a Cluster it cannot parse.
+	const why = "load_balancing_policy parsing failed"
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNames: []string{"products"},
+		ResponseNonce: resp.GetNonce(), ErrorDetail: &status.Status{Code: 3, Message: why}}); err != nil {
+		t.Fatal(err)
+	}
+	var got server.ClientStatus
+	testcp.WaitFor(t, 5*time.Second, "the NACK to be judged", func() bool {
+		var ok bool
+		got, ok = clientStatus(cp, "js-nack")
+		return ok && got.Compatibility == dataplane.StateIncompatible
+	})
+	if len(got.Verdicts) != 1 || !strings.Contains(got.Verdicts[0].Reason, why) {
+		t.Fatalf("verdicts %+v, want products incompatible with the client's error", got.Verdicts)
+	}
+}
+
+// Unsubscribing takes the cluster out of the verdicts: a SotW request with
+// no names after named ones is "none", not a wildcard.
+func TestUnsubscribedClusterLeavesTheVerdicts(t *testing.T) {
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)+
+		"  - name: keyed\n    endpoints:\n      - {address: 127.0.0.1, port: 1, hash_key: a}\n      - {address: 127.0.0.1, port: 2, hash_key: b}\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := adsClient(t, cp.XDSAddr).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &core.Node{Id: "js-unsub", UserAgentName: "gRPC Node Pure JS", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.14.1"}}
+	sotwACK(t, st, js, resource.ClusterType, []string{"products"})
+	sotwACK(t, st, js, resource.EndpointType, []string{"products"})
+	testcp.WaitFor(t, 5*time.Second, "products judged", func() bool {
+		s, ok := clientStatus(cp, "js-unsub")
+		return ok && len(s.Verdicts) == 1
+	})
+	// grpc-js closing its only channel: CDS with no names.
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	testcp.WaitFor(t, 5*time.Second, "no verdicts left", func() bool {
+		s, ok := clientStatus(cp, "js-unsub")
+		return ok && len(s.Verdicts) == 0 && s.Compatibility == dataplane.StateOK
+	})
+	if n := cp.Logs.FilterMessageSnippet("does not send this cluster's keys").Len(); n != 0 {
+		t.Fatalf("%d warnings about clusters the client never held (keyed differs for grpc-js)", n)
+	}
+}
+
+// A stream whose later requests name another node is judged as that node:
+// go-control-plane serves each request by the node it carries.
+func TestStreamReidentifiedWhenItsNodeChanges(t *testing.T) {
+	backends := testcp.StartBackends(t, 3)
+	cp := testcp.Start(t, testcp.TempFile(t, endpointsYAML("products", "ring_hash", "x-product-id", "", backends, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := adsClient(t, cp.XDSAddr).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goNode := &core.Node{Id: "switch", UserAgentName: "gRPC Go", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.85.0"}}
+	sotwACK(t, st, goNode, resource.ClusterType, []string{"products"})
+	py := &core.Node{Id: "switch", UserAgentName: "gRPC C-core linux Python", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0 Python 1.51.1"}}
+	sotwACK(t, st, py, resource.EndpointType, []string{"products"})
+	testcp.WaitFor(t, 5*time.Second, "the stream judged as C-core 1.51", func() bool {
+		s, ok := clientStatus(cp, "switch")
+		return ok && s.Implementation.Implementation == dataplane.CCore && s.Compatibility == dataplane.StateIncompatible
+	})
+	for _, impl := range []string{"grpc-go", "c-core"} {
+		want := map[string]float64{"grpc-go": 0, "c-core": 1}[impl]
+		var sum float64
+		for _, state := range dataplane.States() {
+			if m := counterOrZero(t, cp, "ringxds_xds_client_compatibility", map[string]string{"implementation": impl, "state": state}); m != nil {
+				sum += testutil.ToFloat64(m)
+			}
+		}
+		if sum != want {
+			t.Errorf("ringxds_xds_client_compatibility counts %v %s streams, want %v", sum, impl, want)
+		}
 	}
 }

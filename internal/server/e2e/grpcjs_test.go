@@ -60,14 +60,17 @@ func TestGRPCJSAgreesWithDebugPick(t *testing.T) {
 	for _, tc := range []struct {
 		name, policy string
 		weights      []int
+		// verdict is what /debug/clients must say of the client: a Maglev
+		// cluster runs Maglev on Envoy, which gRPC cannot.
+		verdict string
 	}{
-		{"ring_hash weights 1 1 2", "ring_hash", []int{1, 1, 2}},
+		{"ring_hash weights 1 1 2", "ring_hash", []int{1, 1, 2}, dataplane.StateOK},
 		// Weights that do not sum to a power of two: grpc-js (doubles, like
 		// Envoy) and grpc-go (A113 fixed point) may round differently, and
 		// /debug/pick answers for each.
-		{"ring_hash weights 1 2 3", "ring_hash", []int{1, 2, 3}},
-		{"maglev served as ring_hash", "maglev", nil},
-		{"skipper served as ring_hash", "skipper", []int{2, 1, 1}},
+		{"ring_hash weights 1 2 3", "ring_hash", []int{1, 2, 3}, dataplane.StateOK},
+		{"maglev served as ring_hash", "maglev", nil, dataplane.StateRingDiffers},
+		{"skipper served as ring_hash", "skipper", []int{2, 1, 1}, dataplane.StateOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backends := testcp.StartBackends(t, 3)
@@ -82,14 +85,15 @@ func TestGRPCJSAgreesWithDebugPick(t *testing.T) {
 			if len(perBackend) != len(backends) {
 				t.Fatalf("only %d of %d backends received keys: %v", len(perBackend), len(backends), perBackend)
 			}
-			assertClientCompatible(t, cp, dataplane.GRPCJS, "grpc-legacy")
+			assertVerdict(t, cp, dataplane.GRPCJS, "grpc-legacy", tc.verdict)
 		})
 	}
 }
 
-// assertClientCompatible checks /debug/clients for the connected client of
-// implementation impl: recognised, served kind, and judged ok.
-func assertClientCompatible(t *testing.T, cp *testcp.ControlPlane, impl, kind string) {
+// assertVerdict checks /debug/clients for the connected client of
+// implementation impl: recognised with its version, served kind, and
+// judged state.
+func assertVerdict(t *testing.T, cp *testcp.ControlPlane, impl, kind, state string) {
 	t.Helper()
 	var c server.ClientStatus
 	testcp.WaitFor(t, 5*time.Second, "the "+impl+" client to be assessed on /debug/clients", func() bool {
@@ -103,9 +107,9 @@ func assertClientCompatible(t *testing.T, cp *testcp.ControlPlane, impl, kind st
 		}
 		return false
 	})
-	if string(c.Kind) != kind || c.Compatibility != dataplane.StateOK || !c.Implementation.Version.Known() {
-		t.Fatalf("/debug/clients: %s served %s, compatibility %s, version %q, verdicts %+v; want %s, ok, a version",
-			c.Implementation.Implementation, c.Kind, c.Compatibility, c.Implementation.Version, c.Verdicts, kind)
+	if string(c.Kind) != kind || c.Compatibility != state || !c.Implementation.Version.Known() {
+		t.Fatalf("/debug/clients: %s served %s, compatibility %s, version %q, verdicts %+v; want %s, %s, a version",
+			c.Implementation.Implementation, c.Kind, c.Compatibility, c.Implementation.Version, c.Verdicts, kind, state)
 	}
 }
 
