@@ -133,3 +133,48 @@ func TestAssessorReusesVerdictsOfUnchangedClusters(t *testing.T) {
 		t.Errorf("cached %+v, computed %+v", second[1], want)
 	}
 }
+
+// BenchmarkAssessorWarm is the cost of judging a gRPC client holding 100
+// clusters on an ACK once the verdicts are cached: what every ACK of a
+// thousand clients costs after a change has been judged once.
+func BenchmarkAssessorWarm(b *testing.B) {
+	var clusters []model.Cluster
+	var names []string
+	for i := range 100 {
+		name := fmt.Sprintf("svc-%03d", i)
+		clusters = append(clusters, model.Cluster{Name: name, Endpoints: endpoints(1, 1, 2, 1, 3)})
+		names = append(names, name)
+	}
+	snap := buildB(b, clusters...)
+	var a Assessor
+	c := client(GRPCGo, 1, 85)
+	a.Assess(snap, c, names)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Assess(snap, c, names)
+	}
+}
+
+// BenchmarkAssessorCold is the cost of judging one cluster after it
+// changed: Envoy's ring and the client's are decoded and compared.
+func BenchmarkAssessorCold(b *testing.B) {
+	snap := buildB(b, model.Cluster{Name: "products", Endpoints: endpoints(1, 1, 2, 1, 3)})
+	c := client(GRPCJS, 1, 14)
+	b.ReportAllocs()
+	for b.Loop() {
+		var a Assessor
+		a.Assess(snap, c, []string{"products"})
+	}
+}
+
+func buildB(b *testing.B, clusters ...model.Cluster) *snapshot.Snapshot {
+	st := model.State{Clusters: clusters}
+	if err := st.Normalize(); err != nil {
+		b.Fatal(err)
+	}
+	snap, err := snapshot.Build(st, time.Unix(0, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return snap
+}
