@@ -10,7 +10,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
@@ -66,14 +65,22 @@ type TypeStatus struct {
 	AckedAt      time.Time `json:"acked_at,omitzero"`
 	Nacks        int       `json:"nacks"`
 	LastNack     *Nack     `json:"last_nack,omitempty"`
+
+	// nackLoggedAt and nacksUnlogged rate-limit the NACK log of this type.
+	nackLoggedAt  time.Time
+	nacksUnlogged int
 }
 
 // Nack is a response a client rejected.
 type Nack struct {
-	Version string    `json:"version"`
-	Nonce   string    `json:"nonce"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
+	// Version and Nonce are those of the rejected response.
+	Version string `json:"version"`
+	Nonce   string `json:"nonce"`
+	// KeptVersion is the version the client says it keeps running (SotW
+	// version_info: its last accepted, empty before its first ACK).
+	KeptVersion string    `json:"kept_version,omitempty"`
+	Message     string    `json:"message"`
+	At          time.Time `json:"at"`
 }
 
 type streamKey struct {
@@ -87,8 +94,9 @@ type client struct {
 	mu         sync.Mutex
 	status     ClientStatus
 	identified bool
-	// sentByNonce remembers the version of each outstanding delta response,
-	// since delta ACKs carry only the nonce.
+	// sentByNonce remembers the version of each response not answered yet:
+	// delta ACKs carry only the nonce, and a SotW NACK names the version the
+	// client keeps, not the one it rejected.
 	sentByNonce map[string]string
 	// clusters are the CDS names the client subscribes to (all published
 	// clusters when cdsWildcard), the clusters its verdicts are about.
@@ -213,80 +221,6 @@ func (c *client) typeStatus(typeURL string) *TypeStatus {
 	return ts
 }
 
-// request handles a SotW or delta request: an ACK, a NACK or a
-// subscription change.
-//
-// SotW requests restate the whole subscription (subscribed is the new count);
-// delta requests change it (subscribed is the difference).
-func (r *registry) request(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool, subs subscription) {
-	if r.record(c, n, typeURL, version, nonce, errDetail, subscribed, wildcard, subs) {
-		r.assess(c)
-	}
-}
-
-// record updates the stream's status for one request and reports whether
-// its verdicts need recomputing.
-func (r *registry) record(c *client, n *core.Node, typeURL, version, nonce string, errDetail interface{ GetMessage() string }, subscribed int, wildcard bool, subs subscription) (reassess bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r.identify(c, n)
-	if typeURL == resource.ClusterType {
-		reassess = c.subscribe(subs)
-	}
-	ts := c.typeStatus(typeURL)
-	if c.status.Protocol == ProtocolDelta {
-		ts.Subscribed = max(0, ts.Subscribed+subscribed)
-		ts.Wildcard = ts.Wildcard || wildcard
-	} else {
-		ts.Subscribed, ts.Wildcard = subscribed, wildcard
-	}
-	if nonce == "" {
-		return reassess
-	}
-	if c.status.Protocol == ProtocolDelta {
-		version = c.sentByNonce[nonce]
-		delete(c.sentByNonce, nonce)
-	}
-	kind, short := string(c.status.Kind), shortType(typeURL)
-	ringTypes := typeURL == resource.ClusterType || typeURL == resource.EndpointType
-	if errDetail != nil {
-		ts.Nacks++
-		ts.LastNack = &Nack{Version: version, Nonce: nonce, Message: errDetail.GetMessage(), At: r.now()}
-		r.metrics.nacks.WithLabelValues(kind, short).Inc()
-		r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
-			zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
-			zap.String("version", version), zap.String("nonce", nonce), zap.String("error", errDetail.GetMessage()))
-		if ringTypes {
-			r.nacked(c, short, errDetail.GetMessage())
-		}
-		return false
-	}
-	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = version, nonce, r.now()
-	r.metrics.acks.WithLabelValues(kind, short).Inc()
-	return reassess || ringTypes
-}
-
-func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ts := c.typeStatus(typeURL)
-	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
-	if c.status.Protocol == ProtocolDelta {
-		if c.sentByNonce == nil {
-			c.sentByNonce = make(map[string]string, 1)
-		}
-		// A client ACKs or NACKs each delta response; bound the map anyway so
-		// a client that never answers cannot grow it.
-		if len(c.sentByNonce) >= 16 {
-			clear(c.sentByNonce)
-		}
-		c.sentByNonce[nonce] = version
-	}
-	kind, short := string(c.status.Kind), shortType(typeURL)
-	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
-	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))
-}
-
 // Snapshot returns a copy of every open stream's status, ordered by node ID
 // then stream.
 func (r *registry) snapshot() []ClientStatus {
@@ -354,19 +288,24 @@ func (cb callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) e
 
 func (cb callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { cb.r.closed(ProtocolDelta, id) }
 
+// OnStreamRequest records the request and, before go-control-plane hands it
+// to the cache, corrects the one field that would make the cache answer
+// wrongly (see versionFix).
 func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	c := cb.r.get(ProtocolSotW, id)
 	if c == nil {
 		return nil
 	}
-	var errDetail interface{ GetMessage() string }
-	if req.GetErrorDetail() != nil {
-		errDetail = req.GetErrorDetail()
+	fix, version := cb.r.request(c, xdsRequest{
+		node: req.GetNode(), typeURL: req.GetTypeUrl(), version: req.GetVersionInfo(), nonce: req.GetResponseNonce(),
+		nack: req.GetErrorDetail() != nil, nackMessage: req.GetErrorDetail().GetMessage(), names: req.GetResourceNames(),
+	})
+	switch fix {
+	case fixRejected:
+		req.VersionInfo = version
+	case fixReply:
+		req.VersionInfo = ""
 	}
-	names := req.GetResourceNames()
-	wildcard := len(names) == 0 || slices.Contains(names, "*")
-	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), errDetail, len(names), wildcard,
-		subscription{names: names})
 	return nil
 }
 
@@ -385,13 +324,11 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 	if c == nil {
 		return nil
 	}
-	var errDetail interface{ GetMessage() string }
-	if req.GetErrorDetail() != nil {
-		errDetail = req.GetErrorDetail()
-	}
-	subscribed := len(req.GetResourceNamesSubscribe()) - len(req.GetResourceNamesUnsubscribe())
-	cb.r.request(c, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), errDetail, subscribed, slices.Contains(req.GetResourceNamesSubscribe(), "*"),
-		subscription{delta: true, names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe()})
+	cb.r.request(c, xdsRequest{
+		node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), delta: true,
+		nack: req.GetErrorDetail() != nil, nackMessage: req.GetErrorDetail().GetMessage(),
+		names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe(),
+	})
 	return nil
 }
 

@@ -76,11 +76,22 @@ type Server struct {
 	readyOnce sync.Once
 }
 
-// resourceTypes in the order upserts are applied: a resource is in its cache
-// before anything that refers to it (EDS before CDS before RDS before LDS),
-// so a client following a new reference never finds it missing. Deletions
-// run in the reverse order.
-var resourceTypes = []string{resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ListenerType}
+// resourceTypes in the order upserts reach the caches, and so the wire
+// (docs/xds.md, "Wire order"):
+//   - CDS before EDS, so that a cluster whose CDS changed is followed by
+//     its ClusterLoadAssignment. Envoy keeps an updated cluster warming
+//     until a CLA arrives after it, and re-requests one it already holds
+//     with the same version and nonce (SotW) or not at all (delta): only a
+//     response the server sends on its own completes the warming (see
+//     touchedEndpoints). A new cluster's CLA follows it at once, before any
+//     client can ask.
+//   - CDS and EDS before RDS and LDS, so a client following a new route or
+//     listener finds the cluster published.
+var resourceTypes = []string{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType}
+
+// deleteTypes is the order of removals: whatever refers to a resource goes
+// before it, so no client is left holding a dangling reference.
+var deleteTypes = []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType}
 
 // Kinds are the client kinds the server translates for.
 var Kinds = snapshot.AllKinds()
@@ -220,11 +231,49 @@ func (s *Server) applyLocked(state model.State) error {
 	built := s.now()
 	s.metrics.buildSeconds.Observe(built.Sub(start).Seconds())
 
-	type change struct {
-		group   string
-		upserts map[string]types.Resource
-		deletes []string
+	changes, next, err := s.diff(snap)
+	if err != nil {
+		s.metrics.buildErrors.Inc()
+		s.log.Error("snapshot has resources that cannot be serialized; keeping the published snapshot", zap.Error(err))
+		return err
 	}
+	s.publishing.Store(snap)
+	if err := s.push(changes); err != nil {
+		s.publishing.Store(s.current.Load())
+		return err
+	}
+	s.published = next
+	s.last = state
+	s.metrics.fading.Reset()
+	for _, c := range state.Clusters {
+		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
+	}
+	s.current.Store(snap)
+	s.readyOnce.Do(func() { close(s.ready) })
+	s.scheduleStep(snap.NextStep)
+	done := s.now()
+	s.metrics.applySeconds.Observe(done.Sub(start).Seconds())
+	if !state.ChangedAt.IsZero() {
+		s.metrics.changeToPush.Observe(done.Sub(state.ChangedAt).Seconds())
+	}
+	s.log.Info("snapshot published", zap.Int("clusters", len(state.Clusters)),
+		zap.Duration("build", built.Sub(start)), zap.Duration("apply", done.Sub(start)))
+	return nil
+}
+
+// change is what one cache group must add, update and remove.
+type change struct {
+	typeURL string
+	group   string
+	upserts map[string]types.Resource
+	deletes []string
+}
+
+// diff compares snap with what the caches hold, by content version, and
+// returns the changes per cache group (in resourceTypes order) and the
+// caches' contents once they are applied. Resources the builder reused are
+// not hashed again.
+func (s *Server) diff(snap *snapshot.Snapshot) ([]change, map[string]map[string]publishedResource, error) {
 	var changes []change
 	next := make(map[string]map[string]publishedResource, len(s.published))
 	var errs []error
@@ -233,7 +282,7 @@ func (s *Server) applyLocked(state model.State) error {
 			res := snap.Kinds[g.kind][t]
 			prev := s.published[g.name]
 			versions := make(map[string]publishedResource, len(res))
-			ch := change{group: g.name, upserts: make(map[string]types.Resource)}
+			ch := change{typeURL: t, group: g.name, upserts: make(map[string]types.Resource)}
 			for name, r := range res {
 				p, had := prev[name]
 				if had && p.res == r {
@@ -261,50 +310,32 @@ func (s *Server) applyLocked(state model.State) error {
 			s.metrics.resources.WithLabelValues(string(g.kind), shortType(t)).Set(float64(len(res)))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		s.metrics.buildErrors.Inc()
-		s.log.Error("snapshot has resources that cannot be serialized; keeping the published snapshot", zap.Error(err))
-		return err
-	}
-	s.publishing.Store(snap)
-	// Upserts go in dependency order, then deletions in reverse.
+	return changes, next, errors.Join(errs...)
+}
+
+// push writes the changes to the caches, which notify the watches: upserts
+// in resourceTypes order, then removals in deleteTypes order.
+func (s *Server) push(changes []change) error {
 	for _, ch := range changes {
 		if len(ch.upserts) == 0 {
 			continue
 		}
 		if err := s.caches[ch.group].UpdateResources(ch.upserts, nil); err != nil {
-			s.publishing.Store(s.current.Load())
 			return fmt.Errorf("update %s: %w", ch.group, err)
 		}
 		s.countChanges(ch.group, ch.upserts, s.published[ch.group])
 	}
-	for i := len(changes) - 1; i >= 0; i-- {
-		ch := changes[i]
-		if len(ch.deletes) == 0 {
-			continue
+	for _, t := range deleteTypes {
+		for _, ch := range changes {
+			if ch.typeURL != t || len(ch.deletes) == 0 {
+				continue
+			}
+			if err := s.caches[ch.group].UpdateResources(nil, ch.deletes); err != nil {
+				return fmt.Errorf("update %s: %w", ch.group, err)
+			}
+			s.metrics.snapshotChanges.WithLabelValues(ch.group, "delete").Add(float64(len(ch.deletes)))
 		}
-		if err := s.caches[ch.group].UpdateResources(nil, ch.deletes); err != nil {
-			s.publishing.Store(s.current.Load())
-			return fmt.Errorf("update %s: %w", ch.group, err)
-		}
-		s.metrics.snapshotChanges.WithLabelValues(ch.group, "delete").Add(float64(len(ch.deletes)))
 	}
-	s.published = next
-	s.last = state
-	s.metrics.fading.Reset()
-	for _, c := range state.Clusters {
-		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
-	}
-	s.current.Store(snap)
-	s.readyOnce.Do(func() { close(s.ready) })
-	s.scheduleStep(snap.NextStep)
-	done := s.now()
-	s.metrics.applySeconds.Observe(done.Sub(start).Seconds())
-	if !state.ChangedAt.IsZero() {
-		s.metrics.changeToPush.Observe(done.Sub(state.ChangedAt).Seconds())
-	}
-	s.log.Info("snapshot published", zap.Int("clusters", len(state.Clusters)),
-		zap.Duration("build", built.Sub(start)), zap.Duration("apply", done.Sub(start)))
 	return nil
 }
 

@@ -273,8 +273,60 @@ func TestBuildLoadAssignment(t *testing.T) {
 		}},
 	}
 	snap := build(t, in)
+	clusters := map[Kind]*clusterv3.Cluster{}
+	for _, kind := range AllKinds() {
+		clusters[kind] = snap.Kinds[kind][resourcev3.ClusterType]["products"].(*clusterv3.Cluster)
+	}
+	version, err := clustersVersion(clusters, AllKinds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Endpoints[0].Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		"ringxds": {Fields: map[string]*structpb.Value{"cluster_version": structpb.NewStringValue(version)}},
+	}}
 	for _, kind := range AllKinds() {
 		assertProto(t, string(kind), snap.Kinds[kind][resourcev3.EndpointType]["products"], want)
+	}
+}
+
+// A Cluster change must change its ClusterLoadAssignment too: Envoy keeps an
+// updated cluster warming until a CLA arrives after it, and a client is only
+// sent a CLA that changed (docs/xds.md, "Wire order"). An endpoint change
+// alone leaves the Clusters as they are.
+func TestClusterChangeChangesItsLoadAssignment(t *testing.T) {
+	base := model.Cluster{Name: "c", Endpoints: threeEndpoints()}
+	version := func(c model.Cluster) (cds, cla string) {
+		snap := build(t, c)
+		cv, err := Version(snap.Kinds[KindEnvoy][resourcev3.ClusterType]["c"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := Version(snap.Kinds[KindEnvoy][resourcev3.EndpointType]["c"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cv, ev
+	}
+	cds0, cla0 := version(base)
+	sized := base
+	sized.MinRingSize, sized.MaxRingSize = 2048, 2048
+	if cds1, cla1 := version(sized); cds1 == cds0 || cla1 == cla0 {
+		t.Errorf("ring size change: CDS changed %v, CLA changed %v; want both", cds1 != cds0, cla1 != cla0)
+	}
+	// Only the gRPC and client library Clusters carry a Skipper cluster's
+	// header, yet the CLA every kind shares changes too.
+	skipper := base
+	skipper.Policy = model.PolicySkipper
+	header := skipper
+	header.HashHeader = "x-other"
+	_, claS := version(skipper)
+	if _, claH := version(header); claH == claS {
+		t.Error("a hash_header change of a skipper cluster left its CLA as it was")
+	}
+	moved := base
+	moved.Endpoints = append(threeEndpoints(), model.Endpoint{Address: "10.0.0.4", Port: 80})
+	if cds2, cla2 := version(moved); cds2 != cds0 || cla2 == cla0 {
+		t.Errorf("endpoint change: CDS changed %v, CLA changed %v; want the CLA only", cds2 != cds0, cla2 != cla0)
 	}
 }
 

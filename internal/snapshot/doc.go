@@ -38,7 +38,10 @@
 // (zones are endpoint metadata only: a ring per zone would fragment the
 // caches the ring exists for) and lists endpoints sorted by ring key, the
 // order grpc-go walks them in, so that Envoy, which walks EDS order, builds
-// the identical ring. Endpoint metadata:
+// the identical ring. The locality's metadata
+// filter_metadata["ringxds"]["cluster_version"] is the content version of
+// the cluster's CDS resources, so a Cluster never changes without its CLA
+// (docs/xds.md, "Wire order"). Endpoint metadata:
 //
 //   - filter_metadata["envoy.lb"]["hash_key"]: the endpoint's HashKey, when set.
 //   - filter_metadata["ringxds"]: {"scheme", "zone"} (zone only when set);

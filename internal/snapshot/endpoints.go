@@ -28,6 +28,12 @@ const (
 	// MetadataScheme is the endpoint's scheme (in MetadataRingxds), part of
 	// its Skipper ring identity.
 	MetadataScheme = "scheme"
+	// MetadataClusterVersion is, in the locality's MetadataRingxds
+	// namespace, the content version of the cluster's CDS resources: a
+	// Cluster change always changes its ClusterLoadAssignment too, so every
+	// client receives the CLA again after the Cluster, which is what
+	// completes Envoy's cluster warming (docs/xds.md, "Wire order").
+	MetadataClusterVersion = "cluster_version"
 )
 
 // RingKey is the string an endpoint is hashed under on a ring_hash ring:
@@ -42,8 +48,10 @@ func RingKey(ep *model.Endpoint) string {
 
 // buildLoadAssignment translates a cluster's endpoints into the one
 // ClusterLoadAssignment every kind is served. fade, when not nil, supplies
-// the weights and fade-in metadata of the current step.
-func buildLoadAssignment(c *model.Cluster, fade *fadePlan) (*endpointv3.ClusterLoadAssignment, []string) {
+// the weights and fade-in metadata of the current step. clusterVersion,
+// the content version of the cluster's CDS resources, goes into the
+// locality's metadata, so the CLA changes whenever the Cluster does.
+func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string) (*endpointv3.ClusterLoadAssignment, []string) {
 	var notes []string
 
 	type keyed struct {
@@ -94,6 +102,9 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan) (*endpointv3.ClusterL
 			LoadBalancingWeight: wrapperspb.UInt32(1),
 			Priority:            0,
 			LbEndpoints:         lbEndpoints,
+			Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				MetadataRingxds: {Fields: map[string]*structpb.Value{MetadataClusterVersion: structpb.NewStringValue(clusterVersion)}},
+			}},
 		}},
 	}, notes
 }

@@ -241,7 +241,25 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 	}
 	kinds := AllKinds()
 	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, len(kinds))}
-	cla, claNotes := buildLoadAssignment(c, fade)
+	if cs.listener, err = buildListener(c); err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	cs.route = buildRoute(c)
+	var clusterNotes []string
+	for _, k := range kinds {
+		cds, cdsNotes, err := buildCluster(c, k, fade)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
+		}
+		clusterNotes = append(clusterNotes, cdsNotes...)
+		cs.clusters[k] = cds
+	}
+	// The CLA is built last: it carries the version of the Clusters.
+	clusterVersion, err := clustersVersion(cs.clusters, kinds)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	cla, claNotes := buildLoadAssignment(c, fade, clusterVersion)
 	cs.cla = cla
 	cs.notes = append(cs.notes, claNotes...)
 	cs.notes = append(cs.notes, ringNotes(c, fade)...)
@@ -250,23 +268,17 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 		cs.fading = fade.status
 		cs.next = fade.next
 	}
-	// The listener and route are identical for every proxyless kind, so
-	// they share one instance.
-	if cs.listener, err = buildListener(c); err != nil {
+	cs.notes = append(cs.notes, clusterNotes...)
+	if err := cs.validate(kinds); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	cs.route = buildRoute(c)
-	for _, k := range kinds {
-		cds, cdsNotes, err := buildCluster(c, k, fade)
-		if err != nil {
-			return nil, fmt.Errorf("cluster %q, %s: %w", c.Name, k, err)
-		}
-		cs.notes = append(cs.notes, cdsNotes...)
-		cs.clusters[k] = cds
-	}
-	// The proto validation rules Envoy and go-control-plane apply: an
-	// invalid model is caught here rather than NACKed by every client.
-	// Shared instances are validated once.
+	return cs, nil
+}
+
+// validate applies the proto validation rules Envoy and go-control-plane
+// apply, so an invalid model is caught here rather than NACKed by every
+// client. Shared instances are validated once.
+func (cs *clusterSet) validate(kinds []Kind) error {
 	all := []types.Resource{cs.cla, cs.listener, cs.route}
 	for _, k := range kinds {
 		all = append(all, cs.clusters[k])
@@ -279,13 +291,31 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 		done[res] = true
 		v, ok := res.(validator)
 		if !ok {
-			return nil, fmt.Errorf("cluster %q: %T has no validation rules", c.Name, res)
+			return fmt.Errorf("%T has no validation rules", res)
 		}
 		if err := v.ValidateAll(); err != nil {
-			return nil, fmt.Errorf("cluster %q: %T: %w", c.Name, res, err)
+			return fmt.Errorf("%T: %w", res, err)
 		}
 	}
-	return cs, nil
+	return nil
+}
+
+// clustersVersion is the content version of a cluster's CDS resources for
+// every kind: the ClusterLoadAssignment carries it, so that any change to a
+// Cluster also changes its CLA and a client gets the CLA again after the
+// Cluster (docs/xds.md, "Wire order").
+func clustersVersion(clusters map[Kind]*clusterv3.Cluster, kinds []Kind) (string, error) {
+	h := xxhash.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
+	for _, k := range kinds {
+		var err error
+		if buf, err = opts.MarshalAppend(buf[:0], clusters[k]); err != nil {
+			return "", fmt.Errorf("marshal %s cluster: %w", k, err)
+		}
+		_, _ = h.Write(buf)
+	}
+	return fmt.Sprintf("%016x", h.Sum64()), nil
 }
 
 // validator is implemented by every Envoy API message (protoc-gen-validate).

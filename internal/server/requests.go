@@ -1,0 +1,181 @@
+package server
+
+import (
+	"slices"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+)
+
+// xdsRequest is what the registry reads of one SotW or delta request.
+type xdsRequest struct {
+	node    *core.Node
+	typeURL string
+	// version is SotW's version_info: the version the client holds.
+	version string
+	nonce   string
+	delta   bool
+	nack    bool
+	// nackMessage is the client's error_detail message.
+	nackMessage string
+	// names is the whole subscription (SotW) or the names added (delta);
+	// removed the names dropped (delta).
+	names, removed []string
+}
+
+// versionFix is a correction of a SotW request's version_info before
+// go-control-plane's LinearCache sees it. The cache answers at once any
+// request with an empty version ("the client has nothing"), and trusts any
+// other version to mean the client holds what it was last sent on this
+// stream.
+type versionFix int
+
+const (
+	fixNone versionFix = iota
+	// fixRejected: a NACK of the stream's first response carries an empty
+	// version_info, as the protocol says, and the cache would resend the
+	// same rejected response at once, forever. The version of the rejected
+	// response goes in its place, so nothing is resent until the resource
+	// changes.
+	fixRejected
+	// fixReply: a stream's first request naming a version comes from a
+	// client that reconnected holding state from an earlier stream. The
+	// cache knows nothing of it and would answer only resources that exist,
+	// never telling the client of one deleted while it was away; an empty
+	// version makes it answer with the full current state.
+	fixReply
+)
+
+// maxNonces bounds the responses remembered per stream: a client answers
+// each, so more are outstanding only from a client that never answers.
+const maxNonces = 64
+
+// nackLogEvery is how often one stream's NACKs of one type are logged; the
+// count in between goes in the next line and every NACK is counted.
+const nackLogEvery = 10 * time.Second
+
+// request records one request and returns how to correct its version, and
+// the version to put in.
+func (r *registry) request(c *client, req xdsRequest) (versionFix, string) {
+	reassess, fix, version := r.record(c, req)
+	if reassess {
+		r.assess(c)
+	}
+	return fix, version
+}
+
+// record updates the stream's status for one request. It reports whether
+// the client's verdicts need recomputing, and the version correction.
+//
+// An ACK is a response's first acknowledgement: a SotW request repeating the
+// nonce already acknowledged only changes the subscription, and one naming
+// another nonce than the last sent is stale and ignored, as go-control-plane
+// ignores it.
+func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix versionFix, version string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.identify(c, req.node)
+	ts, first := c.status.Types[shortType(req.typeURL)], false
+	if ts == nil {
+		ts, first = c.typeStatus(req.typeURL), true
+	}
+	if !req.delta && req.nonce != "" && req.nonce != ts.SentNonce {
+		return false, fixNone, ""
+	}
+	if req.typeURL == resource.ClusterType {
+		reassess = c.subscribe(subscription{delta: req.delta, names: req.names, removed: req.removed})
+	}
+	subscribe(ts, req, first)
+	if req.nonce == "" {
+		if !req.delta && first && req.version != "" {
+			fix = fixReply
+		}
+		return reassess, fix, ""
+	}
+	sent, known := c.sentByNonce[req.nonce]
+	if !known {
+		return reassess, fixNone, "" // a delta nonce never sent, or already answered
+	}
+	delete(c.sentByNonce, req.nonce)
+	kind, short := string(c.status.Kind), shortType(req.typeURL)
+	ringTypes := req.typeURL == resource.ClusterType || req.typeURL == resource.EndpointType
+	if req.nack {
+		r.recordNACK(c, ts, req, sent)
+		if ringTypes {
+			r.nacked(c, short, req.nackMessage)
+		}
+		if !req.delta && req.version == "" {
+			return false, fixRejected, sent
+		}
+		return false, fixNone, ""
+	}
+	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = sent, req.nonce, r.now()
+	r.metrics.acks.WithLabelValues(kind, short).Inc()
+	return reassess || ringTypes, fixNone, ""
+}
+
+// subscribe updates the subscription size and wildcard shown for a type.
+// Only CDS and LDS know the legacy wildcard (a first request naming
+// nothing); EDS and RDS are never wildcard without "*".
+func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
+	legacy := req.typeURL == resource.ClusterType || req.typeURL == resource.ListenerType
+	explicit := slices.Contains(req.names, "*")
+	if !req.delta {
+		ts.Subscribed = len(req.names)
+		ts.Wildcard = explicit || legacy && len(req.names) == 0 && (first || ts.Wildcard)
+		return
+	}
+	ts.Subscribed = max(0, ts.Subscribed+len(req.names)-len(req.removed))
+	switch {
+	case first:
+		ts.Wildcard = explicit || legacy && len(req.names) == 0
+	case explicit:
+		ts.Wildcard = true
+	case slices.Contains(req.removed, "*"):
+		ts.Wildcard = false
+	}
+}
+
+// recordNACK counts a NACK and logs it, at most once per type every
+// nackLogEvery, with the count of those not logged since.
+func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, rejected string) {
+	kind, short := string(c.status.Kind), shortType(req.typeURL)
+	now := r.now()
+	ts.Nacks++
+	ts.LastNack = &Nack{Version: rejected, Nonce: req.nonce, KeptVersion: req.version, Message: req.nackMessage, At: now}
+	r.metrics.nacks.WithLabelValues(kind, short).Inc()
+	if !ts.nackLoggedAt.IsZero() && now.Sub(ts.nackLoggedAt) < nackLogEvery {
+		ts.nacksUnlogged++
+		return
+	}
+	r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
+		zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
+		zap.String("version", rejected), zap.String("kept_version", req.version), zap.String("nonce", req.nonce),
+		zap.String("error", req.nackMessage), zap.Int("nacks_since_last_log", ts.nacksUnlogged))
+	ts.nackLoggedAt, ts.nacksUnlogged = now, 0
+}
+
+// sent records a response about to be sent.
+func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts := c.typeStatus(typeURL)
+	if c.status.Protocol == ProtocolSotW {
+		// A SotW response supersedes the previous one of its type, whose
+		// answers go-control-plane ignores from now on.
+		delete(c.sentByNonce, ts.SentNonce)
+	}
+	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
+	if c.sentByNonce == nil {
+		c.sentByNonce = make(map[string]string, 4)
+	}
+	if len(c.sentByNonce) >= maxNonces {
+		clear(c.sentByNonce)
+	}
+	c.sentByNonce[nonce] = version
+	kind, short := string(c.status.Kind), shortType(typeURL)
+	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
+	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))
+}
