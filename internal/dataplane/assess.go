@@ -213,15 +213,16 @@ func hasHashKey(d *snapshot.Decoded) bool {
 }
 
 // Assessor caches verdicts while the resources they were computed from stay
-// published, so clients can be assessed on every ACK: a ring is decoded once
-// per dialect and cluster change, not once per client, and Envoy's ring
-// once per cluster change. It is safe for concurrent use; rings are decoded
-// outside its lock, and callers wanting the same verdict wait for one
-// decode.
+// published, so clients can be judged on every ACK: a ring is decoded once
+// per dialect and cluster change, not once per client. Only verdicts are
+// kept, never rings: a Maglev table costs half a megabyte, and thousands of
+// clusters would hold gigabytes. It is safe for concurrent use; rings are
+// decoded outside its lock, and callers wanting the same verdict wait for
+// one decode.
 type Assessor struct {
 	mu       sync.Mutex
+	snap     *snapshot.Snapshot
 	verdicts map[verdictKey]*verdictEntry
-	refs     map[string]*reference
 }
 
 type verdictKey struct {
@@ -239,17 +240,7 @@ type verdictEntry struct {
 	verdict       Verdict
 }
 
-// reference is Envoy's decoded ring or table of one cluster; ring is nil
-// when it is too large to build.
-type reference struct {
-	cds   *clusterv3.Cluster
-	cla   *endpointv3.ClusterLoadAssignment
-	ready chan struct{}
-	ring  *snapshot.Decoded
-	err   error
-}
-
-// maxAssessEntries bounds the caches: dialects are few, but cluster names
+// maxAssessEntries bounds the cache: dialects are few, but cluster names
 // come from clients.
 const maxAssessEntries = 1 << 16
 
@@ -276,15 +267,13 @@ func (a *Assessor) verdict(snap *snapshot.Snapshot, d snapshot.Dialect, kind sna
 	}
 	key := verdictKey{d, kind, cluster}
 	a.mu.Lock()
-	if a.verdicts == nil || len(a.verdicts) >= maxAssessEntries {
-		a.verdicts = make(map[verdictKey]*verdictEntry)
-	}
+	a.forgetDeleted(snap)
 	e := a.verdicts[key]
 	if e == nil || e.cds != cds || e.cla != cla || e.envoyCDS != envoyCDS {
 		e = &verdictEntry{cds: cds, cla: cla, envoyCDS: envoyCDS, ready: make(chan struct{})}
 		a.verdicts[key] = e
 		a.mu.Unlock()
-		e.verdict = judge(d, kind, cluster, cds, envoyCDS, cla, a.reference(cluster, envoyCDS, envoyCLA))
+		e.verdict = judge(d, kind, cluster, cds, envoyCDS, cla, decodeReference(envoyCDS, envoyCLA))
 		close(e.ready)
 		return e.verdict
 	}
@@ -293,25 +282,36 @@ func (a *Assessor) verdict(snap *snapshot.Snapshot, d snapshot.Dialect, kind sna
 	return e.verdict
 }
 
-// reference returns Envoy's ring or table for the cluster, decoding it once
-// per change of its resources.
-func (a *Assessor) reference(cluster string, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) *reference {
-	a.mu.Lock()
-	if a.refs == nil || len(a.refs) >= maxAssessEntries {
-		a.refs = make(map[string]*reference)
+// forgetDeleted drops, when the snapshot changes, the verdicts on clusters
+// it no longer publishes. a.mu is held.
+func (a *Assessor) forgetDeleted(snap *snapshot.Snapshot) {
+	if a.verdicts == nil || len(a.verdicts) >= maxAssessEntries {
+		a.verdicts = make(map[verdictKey]*verdictEntry)
 	}
-	r := a.refs[cluster]
-	if r == nil || r.cds != cds || r.cla != cla {
-		r = &reference{cds: cds, cla: cla, ready: make(chan struct{})}
-		a.refs[cluster] = r
-		a.mu.Unlock()
-		if largestSize(cds) <= MaxCompareSize {
-			r.ring, r.err = snapshot.DecodeAs(cds, cla, snapshot.DialectEnvoy)
+	if snap == a.snap {
+		return
+	}
+	a.snap = snap
+	published := snap.Kinds[snapshot.KindEnvoy][resource.ClusterType]
+	for k := range a.verdicts {
+		if _, ok := published[k.cluster]; !ok {
+			delete(a.verdicts, k)
 		}
-		close(r.ready)
-		return r
 	}
-	a.mu.Unlock()
-	<-r.ready
+}
+
+// reference is Envoy's decoded ring or table of one cluster; ring is nil
+// when it is too large to build.
+type reference struct {
+	ring *snapshot.Decoded
+	err  error
+}
+
+// decodeReference decodes the ring or table Envoy runs for a cluster.
+func decodeReference(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) *reference {
+	r := &reference{}
+	if largestSize(cds) <= MaxCompareSize {
+		r.ring, r.err = snapshot.DecodeAs(cds, cla, snapshot.DialectEnvoy)
+	}
 	return r
 }

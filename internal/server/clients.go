@@ -69,6 +69,9 @@ type TypeStatus struct {
 	// nackLoggedAt and nacksUnlogged rate-limit the NACK log of this type.
 	nackLoggedAt  time.Time
 	nacksUnlogged int
+	// legacyWildcard: the stream's first request of the type named nothing,
+	// and none since named anything.
+	legacyWildcard bool
 }
 
 // Nack is a response a client rejected.
@@ -102,6 +105,12 @@ type client struct {
 	// clusters when cdsWildcard), the clusters its verdicts are about.
 	clusters    map[string]struct{}
 	cdsWildcard bool
+	// legacyWildcard: the first CDS request named nothing, and none since
+	// named anything; a SotW request naming nothing then restates it.
+	legacyWildcard bool
+	// nacks holds, per resource type, the error of the last response of
+	// that type the client rejected, until it accepts one.
+	nacks map[string]string
 	// assessed is the snapshot the verdicts were computed against; they are
 	// recomputed when it or the subscription changes. assessGen counts
 	// assessments, so one that finished late does not overwrite a newer.
@@ -122,13 +131,14 @@ type registry struct {
 	// current returns the published snapshot clients are assessed against.
 	current  func() *snapshot.Snapshot
 	assessor dataplane.Assessor
+	queue    *assessQueue
 
 	mu      sync.RWMutex
 	streams map[streamKey]*client
 }
 
 func newRegistry(log *zap.Logger, m *metrics) *registry {
-	return &registry{log: log, metrics: m, now: time.Now, streams: make(map[streamKey]*client)}
+	return &registry{log: log, metrics: m, now: time.Now, streams: make(map[streamKey]*client), queue: newAssessQueue()}
 }
 
 func (r *registry) open(ctx context.Context, protocol string, id int64) {
@@ -186,8 +196,9 @@ func (r *registry) identify(c *client, n *core.Node) {
 	if c.identified {
 		r.metrics.connected.WithLabelValues(string(c.status.Kind), c.status.Protocol).Dec()
 		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
-		c.assessed, c.status.Verdicts = nil, nil
 	}
+	defer r.queueAssessment(c)
+	c.assessed = nil
 	c.identified, c.nodeKey = true, key
 	c.status.NodeID = n.GetId()
 	c.status.NodeCluster = n.GetCluster()
@@ -195,7 +206,9 @@ func (r *registry) identify(c *client, n *core.Node) {
 	c.status.Implementation = dataplane.Identify(n)
 	c.status.Kind = c.status.Implementation.Kind
 	c.status.Encoding = c.status.Kind.Encoding()
-	c.status.Compatibility = dataplane.StateOK
+	if c.status.Compatibility == "" || c.status.Implementation.IsReference() {
+		c.status.Compatibility, c.status.Verdicts = dataplane.StateOK, nil
+	}
 	r.metrics.connected.WithLabelValues(string(c.status.Kind), c.status.Protocol).Inc()
 	r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Inc()
 	r.log.Info("xDS client connected",

@@ -57,25 +57,27 @@ const maxNonces = 64
 const nackLogEvery = 10 * time.Second
 
 // request records one request and returns how to correct its version, and
-// the version to put in.
+// the version to put in. A request that changes what the client holds
+// queues it for judging.
 func (r *registry) request(c *client, req xdsRequest) (versionFix, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	reassess, fix, version := r.record(c, req)
 	if reassess {
-		r.assess(c)
+		r.queueAssessment(c)
 	}
 	return fix, version
 }
 
-// record updates the stream's status for one request. It reports whether
-// the client's verdicts need recomputing, and the version correction.
+// record updates the stream's status for one request, with c.mu held. It
+// reports whether the client's verdicts need recomputing, and the version
+// correction.
 //
 // An ACK is a response's first acknowledgement: a SotW request repeating the
 // nonce already acknowledged only changes the subscription, and one naming
 // another nonce than the last sent is stale and ignored, as go-control-plane
 // ignores it.
 func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix versionFix, version string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	r.identify(c, req.node)
 	ts, first := c.status.Types[shortType(req.typeURL)], false
 	if ts == nil {
@@ -104,15 +106,24 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 	if req.nack {
 		r.recordNACK(c, ts, req, sent)
 		if ringTypes {
-			r.nacked(c, short, req.nackMessage)
+			if c.nacks == nil {
+				c.nacks = make(map[string]string, 2)
+			}
+			c.nacks[short] = truncate(req.nackMessage, maxReasonBytes)
+			c.assessed = nil
+			reassess = true
 		}
 		if !req.delta && req.version == "" {
-			return false, fixRejected, sent
+			return reassess, fixRejected, sent
 		}
-		return false, fixNone, ""
+		return reassess, fixNone, ""
 	}
 	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = sent, req.nonce, r.now()
 	r.metrics.acks.WithLabelValues(kind, short).Inc()
+	if _, rejected := c.nacks[short]; rejected {
+		delete(c.nacks, short)
+		c.assessed = nil
+	}
 	return reassess || ringTypes, fixNone, ""
 }
 
@@ -123,8 +134,14 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 	legacy := req.typeURL == resource.ClusterType || req.typeURL == resource.ListenerType
 	explicit := slices.Contains(req.names, "*")
 	if !req.delta {
+		// A legacy wildcard lasts while requests keep naming nothing.
+		if first {
+			ts.legacyWildcard = legacy && len(req.names) == 0
+		} else if len(req.names) > 0 {
+			ts.legacyWildcard = false
+		}
 		ts.Subscribed = len(req.names)
-		ts.Wildcard = explicit || legacy && len(req.names) == 0 && (first || ts.Wildcard)
+		ts.Wildcard = explicit || ts.legacyWildcard
 		return
 	}
 	ts.Subscribed = max(0, ts.Subscribed+len(req.names)-len(req.removed))
@@ -144,7 +161,8 @@ func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, rejecte
 	kind, short := string(c.status.Kind), shortType(req.typeURL)
 	now := r.now()
 	ts.Nacks++
-	ts.LastNack = &Nack{Version: rejected, Nonce: req.nonce, KeptVersion: req.version, Message: req.nackMessage, At: now}
+	message := truncate(req.nackMessage, maxReasonBytes)
+	ts.LastNack = &Nack{Version: rejected, Nonce: req.nonce, KeptVersion: req.version, Message: message, At: now}
 	r.metrics.nacks.WithLabelValues(kind, short).Inc()
 	if !ts.nackLoggedAt.IsZero() && now.Sub(ts.nackLoggedAt) < nackLogEvery {
 		ts.nacksUnlogged++
@@ -153,7 +171,7 @@ func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, rejecte
 	r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
 		zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
 		zap.String("version", rejected), zap.String("kept_version", req.version), zap.String("nonce", req.nonce),
-		zap.String("error", req.nackMessage), zap.Int("nacks_since_last_log", ts.nacksUnlogged))
+		zap.String("error", message), zap.Int("nacks_since_last_log", ts.nacksUnlogged))
 	ts.nackLoggedAt, ts.nacksUnlogged = now, 0
 }
 

@@ -138,6 +138,7 @@ func New(ctx context.Context, opts Options) *Server {
 	}
 	s.registry.now = now
 	s.registry.current = s.publishing.Load
+	go s.registry.runAssessments(ctx)
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
 	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
 	s.groups = make(map[string][]groupRef, len(resourceTypes))
@@ -249,6 +250,7 @@ func (s *Server) applyLocked(state model.State) error {
 		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
 	}
 	s.current.Store(snap)
+	s.registry.reassessHolding(envoyClusterChanges(changes))
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.scheduleStep(snap.NextStep)
 	done := s.now()
@@ -311,6 +313,24 @@ func (s *Server) diff(snap *snapshot.Snapshot) ([]change, map[string]map[string]
 		}
 	}
 	return changes, next, errors.Join(errs...)
+}
+
+// envoyClusterChanges names the clusters whose Envoy CDS changed: every
+// client's verdict on them compares with what Envoy runs.
+func envoyClusterChanges(changes []change) map[string]bool {
+	names := map[string]bool{}
+	for _, ch := range changes {
+		if ch.group != cacheGroup(snapshot.KindEnvoy, resource.ClusterType) {
+			continue
+		}
+		for name := range ch.upserts {
+			names[name] = true
+		}
+		for _, name := range ch.deletes {
+			names[name] = true
+		}
+	}
+	return names
 }
 
 // push writes the changes to the caches, which notify the watches: upserts

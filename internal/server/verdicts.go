@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
@@ -29,14 +33,17 @@ const maxTrackedClusters = 10000
 // unsubscribes from everything, as go-control-plane reads it.
 func (c *client) subscribe(s subscription) bool {
 	first := c.clusters == nil
-	if !s.delta && !first && (len(s.names) == 0 && c.cdsWildcard && len(c.clusters) == 0 || c.sameClusters(s.names)) {
+	if !s.delta && !first && (len(s.names) == 0 && c.legacyWildcard || c.sameClusters(s.names)) {
 		// A SotW request restates the subscription with every ACK, a
 		// legacy wildcard with no names again.
 		return false
 	}
 	if !s.delta || first {
 		c.clusters = make(map[string]struct{}, len(s.names))
-		c.cdsWildcard = first && len(s.names) == 0
+		c.legacyWildcard = first && len(s.names) == 0
+		c.cdsWildcard = c.legacyWildcard
+	} else if len(s.names) > 0 || len(s.removed) > 0 {
+		c.legacyWildcard = false
 	}
 	for _, name := range s.names {
 		if name == "*" {
@@ -96,6 +103,33 @@ func (c *client) clusterNames(snap *snapshot.Snapshot) []string {
 	return names
 }
 
+// maxJudgedClusters bounds the clusters judged per client: gRPC clients
+// hold a few; a wildcard client holding thousands is judged on the first
+// ones, and says so.
+const maxJudgedClusters = 1000
+
+// maxReasonBytes bounds a client's error text kept and logged: it comes
+// from the client.
+const maxReasonBytes = 512
+
+// truncate shortens client-supplied text to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "… (truncated)"
+}
+
+// queueAssessment asks the judging worker to judge the client again. c.mu
+// is held. Judging never runs on a stream's goroutine: decoding the rings
+// of a client holding many clusters would delay its responses.
+func (r *registry) queueAssessment(c *client) {
+	if c.status.Implementation.IsReference() && c.identified {
+		return
+	}
+	r.queue.add(c)
+}
+
 // assess judges every cluster the client holds against the snapshot being
 // published, and logs and counts what changed. Rings are decoded outside
 // the client's lock, so /debug/clients never waits on a decode.
@@ -113,9 +147,10 @@ func (r *registry) assess(c *client) {
 	c.assessed, c.subsChanged = snap, false
 	c.assessGen++
 	gen, impl, names := c.assessGen, c.status.Implementation, c.clusterNames(snap)
+	nacks := maps.Clone(c.nacks)
 	c.mu.Unlock()
 
-	verdicts := r.assessor.Assess(snap, impl, names)
+	verdicts := r.judge(snap, impl, names, nacks)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,46 +159,89 @@ func (r *registry) assess(c *client) {
 	}
 }
 
-// nacked marks every cluster the client holds incompatible after it
-// rejected a CDS or EDS response: it keeps running whatever it held before,
-// which may not be what Envoy runs now. Its next ACK assesses it again.
-func (r *registry) nacked(c *client, short, message string) {
-	if r.current == nil || c.status.Implementation.IsReference() {
-		return
+// judge computes a client's verdicts: a problem of the client as a whole
+// (Cluster ""), or one verdict per cluster, with the clusters a rejected
+// response named (or all, if it named none) incompatible.
+func (r *registry) judge(snap *snapshot.Snapshot, impl dataplane.Client, names []string, nacks map[string]string) []dataplane.Verdict {
+	if impl.Implementation != dataplane.Envoy && impl.Implementation != dataplane.Clientlib && !impl.Kind.Proxyless() {
+		return []dataplane.Verdict{{State: dataplane.StateIncompatible, Reason: fmt.Sprintf(
+			"%s is served the %q translation by its node metadata, which has no listeners: it cannot resolve any xds:/// target", impl.UserAgent(), impl.Kind)}}
 	}
-	snap := r.current()
-	if snap == nil {
-		return
+	var extra []dataplane.Verdict
+	if len(names) > maxJudgedClusters {
+		extra = append(extra, dataplane.Verdict{State: dataplane.StateUnverified, Reason: fmt.Sprintf(
+			"the client holds %d clusters; the first %d (by name) were judged", len(names), maxJudgedClusters)})
+		names = names[:maxJudgedClusters]
 	}
-	names := c.clusterNames(snap)
-	verdicts := make([]dataplane.Verdict, len(names))
-	for i, name := range names {
-		verdicts[i] = dataplane.Verdict{Cluster: name, State: dataplane.StateIncompatible,
-			Reason: fmt.Sprintf("the client rejected (NACKed) its last %s response and runs its previous config, if any: %s", short, message)}
+	verdicts := append(r.assessor.Assess(snap, impl, names), extra...)
+	for short, message := range nacks {
+		named := namedIn(message, names)
+		for i := range verdicts {
+			if verdicts[i].Cluster == "" || len(named) > 0 && !named[verdicts[i].Cluster] {
+				continue
+			}
+			verdicts[i] = dataplane.Verdict{Cluster: verdicts[i].Cluster, State: dataplane.StateIncompatible, Reason: fmt.Sprintf(
+				"the client rejected (NACKed) its last %s response and runs its previous config, if any, until it accepts one: %s", short, message)}
+		}
 	}
-	c.assessed = nil
-	c.assessGen++
-	r.setVerdicts(c, verdicts)
+	return verdicts
 }
 
-// setVerdicts records a client's verdicts, logging each cluster whose state
-// changed and moving the client in the compatibility metric. c.mu is held.
+// namedIn returns the clusters a NACK's message names, as whole words:
+// gRPC clients accept the valid resources of a response and name the ones
+// they reject (gRFC A46); Envoy names the cluster too.
+func namedIn(message string, names []string) map[string]bool {
+	named := map[string]bool{}
+	for _, name := range names {
+		for rest := message; ; {
+			i := strings.Index(rest, name)
+			if i < 0 {
+				break
+			}
+			before, after := i == 0 || !nameByte(rest[i-1]), i+len(name) == len(rest) || !nameByte(rest[i+len(name)])
+			if before && after {
+				named[name] = true
+				break
+			}
+			rest = rest[i+len(name):]
+		}
+	}
+	return named
+}
+
+func nameByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_' || b == '.'
+}
+
+// maxLoggedClusters is how many clusters one verdict log line names.
+const maxLoggedClusters = 5
+
+// setVerdicts records a client's verdicts, logging once per change the
+// clusters whose state changed, and moving the client in the compatibility
+// metric. c.mu is held.
 func (r *registry) setVerdicts(c *client, verdicts []dataplane.Verdict) {
 	before := make(map[string]string, len(c.status.Verdicts))
 	for _, v := range c.status.Verdicts {
 		before[v.Cluster] = v.State
 	}
+	var worse, better []string
 	for _, v := range verdicts {
 		was, known := before[v.Cluster]
 		switch {
 		case v.State != dataplane.StateOK && v.State != was:
-			r.log.Warn("xDS client does not send this cluster's keys where Envoy does",
-				zap.String("node", c.status.NodeID), zap.String("implementation", c.status.Implementation.UserAgent()),
-				zap.String("cluster", v.Cluster), zap.String("verdict", v.State), zap.String("reason", v.Reason))
+			worse = append(worse, fmt.Sprintf("%s: %s: %s", clusterLabel(v.Cluster), v.State, v.Reason))
 		case v.State == dataplane.StateOK && known && was != dataplane.StateOK:
-			r.log.Info("xDS client now agrees with Envoy on this cluster",
-				zap.String("node", c.status.NodeID), zap.String("cluster", v.Cluster))
+			better = append(better, clusterLabel(v.Cluster))
 		}
+	}
+	if len(worse) > 0 {
+		r.log.Warn("xDS client does not send some keys where Envoy does",
+			zap.String("node", c.status.NodeID), zap.String("implementation", c.status.Implementation.UserAgent()),
+			zap.Int("clusters", len(worse)), zap.Strings("verdicts", worse[:min(len(worse), maxLoggedClusters)]))
+	}
+	if len(better) > 0 {
+		r.log.Info("xDS client now agrees with Envoy on these clusters",
+			zap.String("node", c.status.NodeID), zap.Int("clusters", len(better)), zap.Strings("names", better[:min(len(better), maxLoggedClusters)]))
 	}
 	worst := dataplane.Worst(verdicts)
 	if worst != c.status.Compatibility {
@@ -173,4 +251,97 @@ func (r *registry) setVerdicts(c *client, verdicts []dataplane.Verdict) {
 		c.status.Compatibility = worst
 	}
 	c.status.Verdicts = verdicts
+}
+
+func clusterLabel(name string) string {
+	if name == "" {
+		return "(client)"
+	}
+	return name
+}
+
+// reassessHolding queues every client holding one of the clusters for
+// judging again: Envoy's resources for them changed, and the client, whose
+// own resources may not have, gets no push to acknowledge.
+func (r *registry) reassessHolding(clusters map[string]bool) {
+	if len(clusters) == 0 {
+		return
+	}
+	r.mu.RLock()
+	all := make([]*client, 0, len(r.streams))
+	for _, c := range r.streams {
+		all = append(all, c)
+	}
+	r.mu.RUnlock()
+	for _, c := range all {
+		c.mu.Lock()
+		if c.identified && !c.status.Implementation.IsReference() && c.holdsAny(clusters) {
+			c.assessed = nil
+			r.queueAssessment(c)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *client) holdsAny(clusters map[string]bool) bool {
+	if c.cdsWildcard {
+		return true
+	}
+	for name := range clusters {
+		if _, ok := c.clusters[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// assessQueue holds the clients waiting to be judged, each once.
+type assessQueue struct {
+	mu      sync.Mutex
+	pending map[*client]struct{}
+	wake    chan struct{}
+}
+
+func newAssessQueue() *assessQueue {
+	return &assessQueue{pending: make(map[*client]struct{}), wake: make(chan struct{}, 1)}
+}
+
+func (q *assessQueue) add(c *client) {
+	q.mu.Lock()
+	q.pending[c] = struct{}{}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the clients waiting, emptying the queue.
+func (q *assessQueue) take() []*client {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]*client, 0, len(q.pending))
+	for c := range q.pending {
+		out = append(out, c)
+	}
+	clear(q.pending)
+	return out
+}
+
+// runAssessments judges queued clients until ctx ends. One worker bounds
+// the CPU judging takes, whatever clients do.
+func (r *registry) runAssessments(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.queue.wake:
+		}
+		for _, c := range r.queue.take() {
+			if ctx.Err() != nil {
+				return
+			}
+			r.assess(c)
+		}
+	}
 }
