@@ -136,11 +136,18 @@ func (c *Client) Run(ctx context.Context) {
 }
 
 // backoff is base*2^attempt capped at maxDelay, with full jitter so that
-// clients cut off together do not reconnect together.
+// clients cut off together do not reconnect together. The doubling stops as
+// soon as it would pass maxDelay, so it never overflows, whatever base,
+// maxDelay and attempt are.
 func backoff(base, maxDelay time.Duration, attempt int) time.Duration {
-	d := maxDelay
-	if attempt < 30 {
-		d = min(base<<attempt, maxDelay)
+	maxDelay = max(maxDelay, time.Nanosecond)
+	d := min(max(base, time.Nanosecond), maxDelay)
+	for range attempt {
+		if d > maxDelay/2 {
+			d = maxDelay
+			break
+		}
+		d *= 2
 	}
 	return time.Duration(rand.Int64N(int64(d)) + 1)
 }

@@ -27,3 +27,24 @@ func TestBackoffBounds(t *testing.T) {
 		}
 	}
 }
+
+// Long bases and many attempts must not overflow into a negative delay,
+// which would panic inside rand.Int64N and with it the Dial goroutine.
+func TestBackoffNeverOverflows(t *testing.T) {
+	for _, tc := range []struct {
+		base, maxDelay time.Duration
+	}{
+		{20 * time.Second, time.Hour},
+		{17200 * time.Millisecond, 100 * time.Hour},
+		{time.Duration(1 << 62), time.Duration(1<<63 - 1)},
+		{0, 0},
+		{time.Second, 0},
+	} {
+		for _, attempt := range []int{0, 1, 29, 30, 63, 64, 1000} {
+			d := backoff(tc.base, tc.maxDelay, attempt)
+			if d <= 0 || d > max(tc.maxDelay, time.Nanosecond) {
+				t.Fatalf("base %v max %v attempt %d: delay %v", tc.base, tc.maxDelay, attempt, d)
+			}
+		}
+	}
+}
