@@ -57,6 +57,8 @@ type nringState struct {
 	events []event
 	// fading is the number of members in events.
 	fading int
+	// shares[e][m] is member m's share of ring e's hashes (0 when not on it).
+	shares [][]float64
 }
 
 type event struct {
@@ -125,9 +127,51 @@ func (n *NRing) Update(members []Member, now time.Time) error {
 		}
 		st.rings = append(st.rings, r)
 		st.index = append(st.index, idx)
+		shares := make([]float64, len(members))
+		for i, s := range ringhash.Shares(r) {
+			shares[idx[i]] = s
+		}
+		st.shares = append(st.shares, shares)
 	}
 	n.cur.Store(st)
 	return nil
+}
+
+// Shares returns each member's share of request hashes at now: the share
+// it holds in each ring, weighted by the share of keys that use that ring.
+// A key uses the newest ring whose event's share exceeds its unit hash.
+func (n *NRing) Shares(now time.Time) []float64 {
+	s := n.cur.Load()
+	if s == nil {
+		return nil
+	}
+	out := make([]float64, len(s.shares[0]))
+	covered := 0.0 // share of keys taken by newer rings
+	for e := len(s.events); e >= 0; e-- {
+		p := 1.0
+		if e > 0 {
+			ev := &s.events[e-1]
+			p = ev.curve.Share(now.Sub(ev.start))
+		}
+		take := max(p-covered, 0)
+		covered = max(covered, p)
+		for m, share := range s.shares[e] {
+			out[m] += take * share
+		}
+	}
+	return out
+}
+
+// Ring returns the ring request hash h uses at now and the member index of
+// each of its endpoints, so a caller can walk the concrete ring without a
+// closure.
+func (n *NRing) Ring(h uint64, now time.Time) (ringhash.Ring, []int) {
+	s := n.cur.Load()
+	if s == nil {
+		return nil, nil
+	}
+	e := s.ring(h, now)
+	return s.rings[e], s.index[e]
 }
 
 // ring returns the ring key hash h uses at now.

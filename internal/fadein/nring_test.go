@@ -3,6 +3,8 @@ package fadein
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -336,4 +338,43 @@ func TestNRingConcurrentUpdateAndPick(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// Shares follows the keys: mid-fade, each member's share is the fraction
+// of random request hashes Pick gives it, and the shares sum to 1.
+func TestNRingSharesMatchPicks(t *testing.T) {
+	start := time.Unix(1000, 0)
+	curve := Curve{Duration: 10 * time.Second, Exponent: 1}
+	var members []Member
+	for i := range 6 {
+		m := Member{Key: ringhash.Endpoint{Key: fmt.Sprintf("10.0.0.%d:80", i+1), Weight: 1}}
+		if i >= 3 {
+			m.FadeStart, m.Curve = start.Add(time.Duration(i-3)*2*time.Second), curve
+		}
+		members = append(members, m)
+	}
+	n := NewNRing(func(eps []ringhash.Endpoint) (ringhash.Ring, error) {
+		return ringhash.NewRingHash(eps, ringhash.RingHashOptions{MinRingSize: 1024, MaxRingSize: 1024})
+	})
+	now := start.Add(5 * time.Second)
+	if err := n.Update(members, now); err != nil {
+		t.Fatal(err)
+	}
+	shares := n.Shares(now)
+	rng := rand.New(rand.NewPCG(3, 4))
+	counts := make([]float64, len(members))
+	const draws = 200000
+	for range draws {
+		counts[n.Pick(rng.Uint64(), now)]++
+	}
+	sum := 0.0
+	for i := range members {
+		sum += shares[i]
+		if math.Abs(shares[i]-counts[i]/draws) > 0.01 {
+			t.Errorf("member %d: share %.4f, picks %.4f", i, shares[i], counts[i]/draws)
+		}
+	}
+	if math.Abs(sum-1) > 1e-9 {
+		t.Errorf("shares sum to %v", sum)
+	}
 }
