@@ -4,27 +4,29 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
 // Endpoint is one backend of a cluster. It is a small value (an address
 // and a pointer) so that Pick returns it in registers; the fields callers
-// need less often are methods.
+// need less often are methods. Two Endpoints are == when they are the same
+// backend with the same published record: a ring update that leaves an
+// endpoint's record as it was keeps it equal.
 type Endpoint struct {
 	// Addr is "host:port", IPv6 bracketed: ready for net.Dial or a URL.
 	Addr string
 	meta *endpointMeta
 }
 
-// endpointMeta is the rest of an endpoint's published record, shared by
-// every Endpoint value of one ring update.
+// endpointMeta is the rest of an endpoint's published record. The balancer
+// keeps one per distinct record, so equal records share a pointer.
 type endpointMeta struct {
 	scheme, zone string
 	weight       uint32
@@ -46,7 +48,8 @@ func (e Endpoint) Zone() string {
 	return e.meta.zone
 }
 
-// Weight is the published EDS weight (1 when unset).
+// Weight is the published EDS weight (1 when the server set none); 0 for
+// the zero Endpoint, which is no backend.
 func (e Endpoint) Weight() uint32 {
 	if e.meta == nil {
 		return 0
@@ -57,16 +60,9 @@ func (e Endpoint) Weight() uint32 {
 // String returns Addr.
 func (e Endpoint) String() string { return e.Addr }
 
-// fader is the N-ring fade-in (internal/fadein.NRing) as picks use it.
-type fader interface {
-	Pick(h uint64, now time.Time) int
-	Walk(h uint64, now time.Time, fn func(int) bool)
-	Fading(now time.Time) int
-}
-
 // ringState is one immutable view of a cluster: its endpoints, their load
 // counters and the ring. Picks load it through one atomic pointer; an
-// update builds a new one.
+// update builds a new one. A cluster with no endpoints has no ring.
 type ringState struct {
 	policy string
 	eps    []Endpoint
@@ -82,7 +78,7 @@ type ringState struct {
 	ringHash *ringhash.RingHash
 	maglev   *ringhash.Maglev
 	// fade is set while endpoints fade in; picks then go through the N-ring.
-	fade fader
+	fade *fadein.NRing
 }
 
 type ringKind uint8
@@ -120,14 +116,25 @@ type Balancer struct {
 	readyOnce sync.Once
 
 	// Counters, exported by the collector.
-	calls, failures, retries, sheds, freezes atomic.Uint64
-	hops                                     [MaxWalk]atomic.Uint64
+	calls, failures, retries, sheds, freezes, ejections, retriesDenied atomic.Uint64
+	hops                                                               [MaxWalk]atomic.Uint64
+	// ejected counts the endpoints ejected now; picks leave the bare ring
+	// while it is not 0. retrying counts retries in flight, for the budget.
+	ejected  atomic.Int32
+	retrying atomic.Int64
+	// liveShare (float64 bits) is the ring share of the endpoints not
+	// ejected: their bounds grow by its inverse, since they take the
+	// ejected endpoints' keys.
+	liveShare atomic.Uint64
 
 	wake chan struct{} // nudges a parked ticker
 	idle atomic.Bool
 
-	mu     sync.Mutex // guards byAddr
+	mu     sync.Mutex // guards byAddr and metas
 	byAddr map[string]*endpointStats
+	metas  map[endpointMeta]*endpointMeta
+
+	life lifetime
 }
 
 func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *Balancer {
@@ -139,7 +146,9 @@ func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *Balance
 		ready:   make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		byAddr:  make(map[string]*endpointStats),
+		metas:   make(map[endpointMeta]*endpointMeta),
 	}
+	b.life.init()
 	return b
 }
 
@@ -166,17 +175,19 @@ func (b *Balancer) Endpoints() []Endpoint {
 // Pick returns the endpoint for key: the owner of HashKey(key) on the ring
 // the cluster's data planes share, or, with bounded load on and the owner
 // over its bound, the first endpoint under it in ring order (at most
-// MaxWalk endpoints, else the least loaded of them).
+// MaxWalk endpoints, else the least loaded of them). An ejected endpoint
+// (too many failed calls through Do) is passed over, bounded load on or
+// off, until its ejection ends.
 //
 // The hash is Envoy's single-header hash (XXH64), so Pick(v) agrees with an
 // Envoy or grpc-go routing a request whose hash header is v.
 func (b *Balancer) Pick(key string) (Endpoint, error) {
 	s := b.state.Load()
-	if s == nil {
-		return Endpoint{}, b.notReady()
+	if s == nil || len(s.eps) == 0 {
+		return Endpoint{}, b.unavailable(s)
 	}
 	h := ringhash.HashKey(key)
-	if !s.pure {
+	if !s.pure || b.ejected.Load() != 0 {
 		i, _ := b.choose(s, h, -1)
 		return s.eps[i], nil
 	}
@@ -193,11 +204,20 @@ func (b *Balancer) Pick(key string) (Endpoint, error) {
 	return s.eps[i], nil
 }
 
-// notReady is Pick's error before the first ring, kept out of line so
-// Pick's frame stays small.
+// unavailable is Pick's and Do's error without a ring: the balancer was
+// closed, the cluster has no endpoints, or it has not arrived (and why).
+// It is kept out of line so Pick's frame stays small.
 //
 //go:noinline
-func (b *Balancer) notReady() error { return fmt.Errorf("%w: %s", ErrNotReady, b.cluster) }
+func (b *Balancer) unavailable(s *ringState) error {
+	switch {
+	case b.life.isClosed():
+		return fmt.Errorf("%w: balancer of %s", ErrClosed, b.cluster)
+	case s != nil:
+		return fmt.Errorf("%w: %s", ErrNoEndpoints, b.cluster)
+	}
+	return b.notReady(nil)
+}
 
 // choose returns the endpoint for h and how many endpoints the walk passed
 // over. exclude (an index, or -1) is never chosen unless it is the only
@@ -207,18 +227,10 @@ func (b *Balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
 		return b.chooseFading(s, h, exclude)
 	}
 	owner := s.pick(h)
-	var capacity float64
-	if b.opts.bounded {
-		capacity = b.load.capacity(b.opts.factor, len(s.eps))
-		if owner != exclude {
-			if st := s.stats[owner]; !st.frozen.Load() && st.load() < capacity {
-				return owner, 0
-			}
-		}
-	} else if owner != exclude {
+	if owner != exclude && b.ownerUnder(s.stats[owner]) {
 		return owner, 0
 	}
-	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, capacity: capacity, best: owner, bestLoad: math.Inf(1), found: -1}
+	w := b.newWalker(s, exclude)
 	// The walk goes to the concrete ring so that w.visit does not escape
 	// and this path does not allocate.
 	switch s.kind {
@@ -229,72 +241,124 @@ func (b *Balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
 	default:
 		s.maglev.Walk(h, w.visit)
 	}
-	return w.result()
+	return w.result(owner)
 }
 
-// chooseFading is choose through the N-ring. It is separate so that the
-// walker escaping into the N-ring's Walk costs an allocation only while
-// endpoints fade in.
+// chooseFading is choose through the N-ring: the walk follows the ring the
+// key uses now, mapping its endpoints to members.
 func (b *Balancer) chooseFading(s *ringState, h uint64, exclude int) (int, int) {
 	now := time.Now()
 	owner := s.fade.Pick(h, now)
-	w := &walker{s: s, exclude: exclude, bounded: b.opts.bounded, best: owner, bestLoad: math.Inf(1), found: -1}
-	if w.bounded {
-		w.capacity = b.load.capacity(b.opts.factor, len(s.eps))
-	}
+	w := b.newWalker(s, exclude)
 	if w.takesOwner(owner) {
 		return owner, 0
 	}
-	s.fade.Walk(h, now, w.visit)
-	return w.result()
+	ring, index := s.fade.Ring(h, now)
+	w.index = index
+	switch r := ring.(type) {
+	case *ringhash.Skipper:
+		r.Walk(h, w.visit)
+	case *ringhash.RingHash:
+		r.Walk(h, w.visit)
+	case *ringhash.Maglev:
+		r.Walk(h, w.visit)
+	}
+	return w.result(owner)
 }
 
-// walker is the state of one bounded-load walk.
+// ownerUnder is walker.under for the key's owner, without a walker: the
+// path most picks take.
+func (b *Balancer) ownerUnder(st *endpointStats) bool {
+	if st.ejected.Load() {
+		return false
+	}
+	if !b.opts.bounded {
+		return true
+	}
+	return !st.frozen.Load() && st.load() < max(b.boundScale()*math.Float64frombits(st.share.Load()), 1)
+}
+
+// boundScale is f x (L + 1), over the live endpoints' share of the ring:
+// an endpoint's bound is boundScale times its share, at least 1.
+func (b *Balancer) boundScale() float64 {
+	l := max(float64(b.load.inflight.Load()), math.Float64frombits(b.load.sum.Load()))
+	scale := b.opts.factor * (l + 1)
+	if live := math.Float64frombits(b.liveShare.Load()); live > 0 && live < 1 {
+		scale /= live
+	}
+	return scale
+}
+
+func (b *Balancer) newWalker(s *ringState, exclude int) walker {
+	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, best: -1, fallback: -1, found: -1, bestLoad: math.Inf(1)}
+	if w.bounded {
+		w.scale = b.boundScale()
+	}
+	return w
+}
+
+// walker is the state of one pick's walk. An endpoint is a candidate when
+// it is neither excluded, ejected nor failing (its last call failed: it
+// keeps its own keys until ejected, but no other key is sent to it); with
+// bounded load, the first candidate under its bound wins, else the least
+// loaded candidate seen. Without any candidate the pick falls back to a
+// failing endpoint, then to the owner, as Envoy's panic mode routes to
+// unhealthy hosts rather than nowhere.
 type walker struct {
-	s        *ringState
-	exclude  int
-	bounded  bool
-	capacity float64
-	n        int // endpoints visited so far
+	s       *ringState
+	index   []int // ring index -> member, when walking one of an N-ring's rings
+	exclude int
+	bounded bool
+	scale   float64 // f x (L + 1): an endpoint's bound is scale x share, at least 1
+	n       int     // endpoints visited so far
 
 	found, hops    int
 	best, bestHops int
 	bestLoad       float64
+	fallback       int
 }
 
-// takesOwner reports whether the owner can be chosen without a walk.
-func (w *walker) takesOwner(owner int) bool {
-	if owner == w.exclude {
+// under reports whether endpoint i is available and under its bound.
+func (w *walker) under(i int) bool {
+	st := w.s.stats[i]
+	if st.ejected.Load() {
 		return false
 	}
 	if !w.bounded {
 		return true
 	}
-	st := w.s.stats[owner]
-	return !st.frozen.Load() && st.load() < w.capacity
+	return !st.frozen.Load() && st.load() < max(w.scale*math.Float64frombits(st.share.Load()), 1)
+}
+
+// takesOwner reports whether the owner can be chosen without a walk.
+func (w *walker) takesOwner(owner int) bool {
+	return owner != w.exclude && w.under(owner)
 }
 
 func (w *walker) visit(i int) bool {
+	if w.index != nil {
+		i = w.index[i]
+	}
 	hop := w.n
 	w.n++
-	if i == w.exclude {
+	st := w.s.stats[i]
+	switch {
+	case i == w.exclude || st.ejected.Load():
 		return w.n < MaxWalk
-	}
-	if !w.bounded {
+	case st.failing.Load():
+		if w.fallback < 0 {
+			w.fallback = i
+		}
+		return w.n < MaxWalk
+	case w.under(i):
 		w.found, w.hops = i, hop
 		return false
 	}
-	st := w.s.stats[i]
+	// Over its bound or frozen: rank it. A frozen endpoint is the last
+	// resort, ranked as if one more call were stuck on it at full penalty.
 	l := st.load()
-	if !st.frozen.Load() {
-		if l < w.capacity {
-			w.found, w.hops = i, hop
-			return false
-		}
-	} else {
-		// A frozen endpoint is the last resort: rank it as if one more
-		// call were stuck on it, at full penalty.
-		l = (l + 1) * maxPenalty
+	if st.frozen.Load() {
+		l = (st.rawLoad() + 1) * maxPenalty
 	}
 	if l < w.bestLoad {
 		w.best, w.bestHops, w.bestLoad = i, hop, l
@@ -302,158 +366,27 @@ func (w *walker) visit(i int) bool {
 	return w.n < MaxWalk
 }
 
-func (w *walker) result() (int, int) {
-	if w.found >= 0 {
+func (w *walker) result(owner int) (int, int) {
+	switch {
+	case w.found >= 0:
 		return w.found, w.hops
+	case w.best >= 0:
+		return w.best, w.bestHops
+	case w.fallback >= 0:
+		return w.fallback, 0
 	}
-	return w.best, w.bestHops
-}
-
-// Do calls fn with the endpoint for key and tracks the call's in-flight
-// time and latency for bounded load and freeze detection.
-//
-// When fn fails and the retry policy allows it (by default: any error
-// while ctx is live), Do waits a random pause of up to the retry jitter and
-// calls fn once more on a different endpoint: the next one in ring order
-// under the load bound. It returns the last attempt's error.
-//
-// Over the balancer's in-flight cap, Do waits in FIFO order for a slot;
-// when the wait queue is full too it returns an *OverloadError at once.
-func (b *Balancer) Do(ctx context.Context, key string, fn func(ctx context.Context, ep Endpoint) error) error {
-	return b.do(ctx, ringhash.HashKey(key), b.opts.retry, fn)
-}
-
-func (b *Balancer) do(ctx context.Context, h uint64, retry bool, fn func(ctx context.Context, ep Endpoint) error) error {
-	s := b.state.Load()
-	if s == nil {
-		return fmt.Errorf("%w: %s", ErrNotReady, b.cluster)
-	}
-	ok, inflight, queued, err := b.adm.acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("clientlib: %s: waiting for a slot: %w", b.cluster, err)
-	}
-	if !ok {
-		b.sheds.Add(1)
-		return &OverloadError{Cluster: b.cluster, InFlight: inflight, Queued: queued, RetryAfter: b.retryAfter(queued)}
-	}
-	defer b.adm.release()
-
-	i, hops := b.choose(s, h, -1)
-	b.hops[min(hops, MaxWalk-1)].Add(1)
-	err = b.call(ctx, s, i, fn)
-	if err == nil || !retry || ctx.Err() != nil || (b.opts.retryIf != nil && !b.opts.retryIf(err)) {
-		return err
-	}
-
-	if j := b.opts.retryJitter; j > 0 {
-		t := time.NewTimer(time.Duration(rand.Int64N(int64(j))))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-	// The ring may have changed during the first attempt; exclude the
-	// failed endpoint by address in the current one.
-	failed := s.eps[i].Addr
-	s = b.state.Load()
-	exclude := -1
-	for k := range s.eps {
-		if s.eps[k].Addr == failed {
-			exclude = k
-			break
-		}
-	}
-	j, _ := b.choose(s, h, exclude)
-	if j == exclude {
-		return err // nowhere else to go
-	}
-	b.retries.Add(1)
-	if err2 := b.call(ctx, s, j, fn); err2 != nil {
-		return fmt.Errorf("clientlib: %s: retry on %s failed: %w (first attempt on %s: %v)", b.cluster, s.eps[j].Addr, err2, failed, err)
-	}
-	return nil
-}
-
-func (b *Balancer) call(ctx context.Context, s *ringState, i int, fn func(context.Context, Endpoint) error) error {
-	st := s.stats[i]
-	start := time.Now()
-	st.start(start.UnixNano())
-	b.load.inflight.Add(1)
-	if b.idle.Load() && b.idle.CompareAndSwap(true, false) {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
-	err := fn(ctx, s.eps[i])
-	end := time.Now()
-	bucket := b.load.bucket.Load()
-	st.done(end.UnixNano(), end.Sub(start), bucket, ctx.Err() == nil)
-	b.load.inflight.Add(-1)
-	b.calls.Add(1)
-	if err != nil {
-		b.failures.Add(1)
-	}
-	return err
-}
-
-// retryAfter estimates when a shed call could get a slot: the calls ahead
-// of it in units of the cap, each round taking the cluster's mean latency.
-func (b *Balancer) retryAfter(queued int) time.Duration {
-	lat := math.Float64frombits(b.load.latency.Load())
-	rounds := float64(queued)/float64(max(b.opts.maxInFlight, 1)) + 1
-	return max(time.Duration(rounds*lat*float64(time.Second)), time.Millisecond)
-}
-
-// runTicker closes a bucket every 30 ms while the balancer has traffic and
-// parks while it has none.
-func (b *Balancer) runTicker(ctx context.Context) {
-	t := time.NewTicker(bucketWidth)
-	defer t.Stop()
-	idleTicks := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s := b.state.Load()
-			if s == nil {
-				continue
-			}
-			active, freezes := b.load.tick(s.stats, now, b.opts.freezeAfter)
-			if freezes > 0 {
-				b.freezes.Add(uint64(freezes))
-				b.log.Warn("endpoint frozen: requests outstanding, none completing", zap.String("cluster", b.cluster), zap.Int("endpoints", freezes))
-			}
-			if active {
-				idleTicks = 0
-				continue
-			}
-			if idleTicks++; idleTicks < numBuckets {
-				continue
-			}
-			// A whole window without traffic: every bucket is clear, so
-			// ticking would change nothing until the next call.
-			b.idle.Store(true)
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.wake:
-			}
-			idleTicks = 0
-			t.Reset(bucketWidth)
-		}
-	}
+	return owner, 0
 }
 
 // setState publishes a new view of the cluster, keeping each endpoint's
-// load counters across updates by address.
-func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, fade fader) {
+// load counters across updates by address, and its record's pointer while
+// the record is unchanged (so Endpoint values stay ==). ring is nil, and
+// eps empty, for a cluster without endpoints.
+func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, fade *fadein.NRing) {
 	s := &ringState{policy: policy, eps: eps, ring: ring, fade: fade, stats: make([]*endpointStats, len(eps))}
 	s.pure = !b.opts.bounded && fade == nil
 	switch r := ring.(type) {
+	case nil:
 	case *ringhash.Skipper:
 		s.kind, s.skipper = kindSkipper, r
 	case *ringhash.RingHash:
@@ -467,27 +400,77 @@ func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, f
 	}
 	b.mu.Lock()
 	next := make(map[string]*endpointStats, len(eps))
+	metas := make(map[endpointMeta]*endpointMeta, len(eps))
+	var ejected int32
 	for i, ep := range eps {
 		st := b.byAddr[ep.Addr]
 		if st == nil {
 			st = newEndpointStats()
 		}
+		if st.ejected.Load() {
+			ejected++
+		}
 		next[ep.Addr] = st
 		s.stats[i] = st
+		if ep.meta != nil {
+			m := metas[*ep.meta]
+			if m == nil {
+				if m = b.metas[*ep.meta]; m == nil {
+					m = ep.meta
+				}
+				metas[*m] = m
+			}
+			s.eps[i].meta = m
+		}
 	}
-	b.byAddr = next
+	b.byAddr, b.metas = next, metas
+	b.ejected.Store(ejected)
 	b.mu.Unlock()
+	b.setShares(s, time.Now())
 	b.state.Store(s)
 	b.readyOnce.Do(func() { close(b.ready) })
 }
 
-// wait blocks until the balancer has a ring or ctx ends.
+// setShares stores each endpoint's share of the request hashes, which its
+// load bound scales with. Fading shares change over time; the ticker
+// refreshes them.
+func (b *Balancer) setShares(s *ringState, now time.Time) {
+	var shares []float64
+	switch {
+	case s.fade != nil:
+		shares = s.fade.Shares(now)
+	case s.ring != nil:
+		shares = ringhash.Shares(s.ring)
+	}
+	for i, st := range s.stats {
+		if i < len(shares) {
+			st.share.Store(math.Float64bits(shares[i]))
+		}
+	}
+	b.updateLiveShare(s)
+}
+
+// updateLiveShare recomputes the ring share of the endpoints not ejected.
+func (b *Balancer) updateLiveShare(s *ringState) {
+	live := 0.0
+	for _, st := range s.stats {
+		if !st.ejected.Load() {
+			live += math.Float64frombits(st.share.Load())
+		}
+	}
+	b.liveShare.Store(math.Float64bits(live))
+}
+
+// wait blocks until the balancer has a ring, ctx ends or the balancer is
+// closed.
 func (b *Balancer) wait(ctx context.Context) error {
 	select {
 	case <-b.ready:
 		return nil
+	case <-b.life.done:
+		return fmt.Errorf("%w: balancer of %s", ErrClosed, b.cluster)
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %s: %w", ErrNotReady, b.cluster, ctx.Err())
+		return b.notReady(ctx.Err())
 	}
 }
 
@@ -497,32 +480,41 @@ type Stats struct {
 	// Calls counts attempts made through Do (a retried call counts twice)
 	// and Failures those that returned an error.
 	Calls, Failures uint64
-	// Retries counts second attempts on a different endpoint.
-	Retries uint64
+	// Retries counts second attempts on a different endpoint, and
+	// RetriesDenied the retries the budget refused.
+	Retries, RetriesDenied uint64
 	// Sheds counts calls refused with an OverloadError.
 	Sheds uint64
-	// Freezes counts endpoints found frozen.
-	Freezes uint64
+	// Freezes counts endpoints found frozen, Ejections endpoints ejected
+	// after consecutive failures.
+	Freezes, Ejections uint64
 	// WalkDistance[d] counts Do picks that went d endpoints past the key's
 	// owner (0: the owner).
 	WalkDistance [MaxWalk]uint64
 	// InFlight and Queued are the calls running and waiting under the cap.
 	InFlight, Queued int
-	// Endpoints on the ring, Frozen among them, and Fading in through the
-	// N-ring (a ring_hash cluster ramping through its EDS weights fades
-	// in the published ring itself and counts 0 here).
-	Endpoints, Frozen, Fading int
+	// Endpoints on the ring; Frozen, Ejected and Fading in through the
+	// N-ring among them (a ring_hash cluster ramping through its EDS weights
+	// fades in the published ring itself and counts 0 here).
+	Endpoints, Frozen, Ejected, Fading int
+	// StaleSince is when the management server stopped publishing the
+	// cluster; the balancer keeps its last ring meanwhile. Zero while the
+	// cluster is published.
+	StaleSince time.Time
 }
 
 // Stats returns the balancer's counters.
 func (b *Balancer) Stats() Stats {
 	st := Stats{
-		Calls:    b.calls.Load(),
-		Failures: b.failures.Load(),
-		Retries:  b.retries.Load(),
-		Sheds:    b.sheds.Load(),
-		Freezes:  b.freezes.Load(),
-		InFlight: int(b.load.inflight.Load()),
+		Calls:         b.calls.Load(),
+		Failures:      b.failures.Load(),
+		Retries:       b.retries.Load(),
+		RetriesDenied: b.retriesDenied.Load(),
+		Sheds:         b.sheds.Load(),
+		Freezes:       b.freezes.Load(),
+		Ejections:     b.ejections.Load(),
+		InFlight:      int(b.load.inflight.Load()),
+		StaleSince:    b.life.staleSince(),
 	}
 	for i := range b.hops {
 		st.WalkDistance[i] = b.hops[i].Load()
@@ -533,6 +525,9 @@ func (b *Balancer) Stats() Stats {
 		for _, es := range s.stats {
 			if es.frozen.Load() {
 				st.Frozen++
+			}
+			if es.ejected.Load() {
+				st.Ejected++
 			}
 		}
 		if s.fade != nil {

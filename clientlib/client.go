@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringxds/ringxds/clientlib/internal/ads"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -48,7 +50,8 @@ type Client struct {
 
 	// xDS counters, exported by the collector.
 	connected          atomic.Bool
-	acks, nacks        [2]atomic.Uint64 // by typeIndex
+	lastStreamErr      atomic.Pointer[error] // why the last stream ended, nil once one delivered
+	acks, nacks        [2]atomic.Uint64      // by typeIndex
 	reconnects         atomic.Uint64
 	metricsUnregister  func()
 	ctx                context.Context // ends at Close; balancer tickers run under it
@@ -138,13 +141,18 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		Types:       []string{resourcev3.ClusterType, resourcev3.EndpointType},
 	})
 	if o.registerer != nil {
+		label := o.metricsLabel
+		if label == "" {
+			label = target
+		}
+		reg := prometheus.WrapRegistererWith(prometheus.Labels{"client": label}, o.registerer)
 		col := &collector{c: c}
-		if err := o.registerer.Register(col); err != nil {
+		if err := reg.Register(col); err != nil {
 			cancel()
 			_ = conn.Close()
-			return nil, fmt.Errorf("clientlib: register metrics: %w", err)
+			return nil, fmt.Errorf("clientlib: register metrics with client=%q (give each Client sharing a registry its own WithMetricsLabel): %w", label, err)
 		}
-		c.metricsUnregister = func() { o.registerer.Unregister(col) }
+		c.metricsUnregister = func() { reg.Unregister(col) }
 	}
 	go func() {
 		defer close(c.done)
@@ -153,15 +161,20 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the stream and every balancer's background work. Balancers
-// keep answering Pick from their last ring; Do keeps working too, without
-// load updates.
+// Close ends the stream and every balancer: their background work stops
+// and Pick and Do return ErrClosed, as does a Balancer call still waiting.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	c.cancel()
 	<-c.done
+	c.mu.Lock()
+	for name, b := range c.balancers {
+		b.shutdown()
+		delete(c.balancers, name)
+	}
+	c.mu.Unlock()
 	if c.metricsUnregister != nil {
 		c.metricsUnregister()
 	}
@@ -170,34 +183,83 @@ func (c *Client) Close() error {
 
 // Balancer returns the balancer of cluster, subscribing to it on first use,
 // and waits, bounded by ctx, until the cluster's first CDS and EDS
-// resources have arrived. Options apply only on first use.
+// resources have arrived. Each Balancer that returns a balancer holds a
+// reference to it: close the balancer when done with it, and the client
+// unsubscribes once no reference is left (or closes it with the client).
+//
+// Options apply when the balancer is created; passing options for a
+// cluster whose balancer exists returns ErrBalancerOptions. The error of a
+// cluster that does not arrive wraps ErrNotReady and says why when the
+// client knows: ErrUnknownCluster, ErrRejected or ErrNoServer.
 func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerOption) (*Balancer, error) {
+	c.mu.Lock()
 	if c.closed.Load() {
+		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	c.mu.Lock()
 	b := c.balancers[cluster]
+	if b != nil && len(opts) > 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrBalancerOptions, cluster)
+	}
 	if b == nil {
 		bo := defaultBalancerOptions()
 		for _, opt := range opts {
 			opt(&bo)
 		}
 		b = newBalancer(cluster, bo, c.log.With(zap.String("cluster", cluster)))
+		b.life.owner, b.life.server = c, c.serverError
+		var tickCtx context.Context
+		tickCtx, b.life.cancel = context.WithCancel(c.ctx)
 		c.balancers[cluster] = b
-		go b.runTicker(c.ctx)
+		go b.runTicker(tickCtx)
 		c.subscribedClusters = append(c.subscribedClusters, cluster)
 		// Subscribing under c.mu keeps concurrent first calls from
 		// sending their name lists out of order (lock order: c.mu, then
 		// the ADS client's).
 		c.ads.Subscribe(resourcev3.ClusterType, slices.Clone(c.subscribedClusters))
-		c.mu.Unlock()
-	} else {
-		c.mu.Unlock()
 	}
+	b.life.refs++
+	c.mu.Unlock()
 	if err := b.wait(ctx); err != nil {
+		c.release(b)
 		return nil, err
 	}
 	return b, nil
+}
+
+// release drops one reference to b; the last one unsubscribes its cluster
+// and shuts it down.
+func (c *Client) release(b *Balancer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.balancers[b.cluster] != b || b.life.refs == 0 {
+		return
+	}
+	if b.life.refs--; b.life.refs > 0 {
+		return
+	}
+	delete(c.balancers, b.cluster)
+	c.subscribedClusters = slices.DeleteFunc(c.subscribedClusters, func(n string) bool { return n == b.cluster })
+	if cds := c.clusters[b.cluster]; cds != nil {
+		delete(c.clusters, b.cluster)
+		delete(c.endpoints, edsName(cds))
+		c.ads.Subscribe(resourcev3.EndpointType, c.edsNamesLocked())
+	}
+	c.ads.Subscribe(resourcev3.ClusterType, slices.Clone(c.subscribedClusters))
+	b.shutdown()
+}
+
+// serverError says why no response has arrived yet, nil once the server
+// has been reached.
+func (c *Client) serverError() error {
+	if c.connected.Load() {
+		return nil
+	}
+	if p := c.lastStreamErr.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrNoServer, *p)
+	}
+	return ErrNoServer
 }
 
 // Connected reports whether the stream to the management server is up and
@@ -209,6 +271,9 @@ type handler Client
 
 func (h *handler) Connected(up bool, err error) {
 	c := (*Client)(h)
+	if err != nil {
+		c.lastStreamErr.Store(&err)
+	}
 	was := c.connected.Swap(up)
 	if was && !up {
 		c.reconnects.Add(1)
@@ -264,53 +329,108 @@ func probeAssignment(name string) *endpointv3.ClusterLoadAssignment {
 // onClusters applies a CDS response. A resource clientlib cannot build a
 // ring from is rejected and its cluster keeps its last good state; the
 // others apply. A subscribed cluster missing from the response also keeps
-// its state: dropping a ring because of a control-plane mistake would stop
-// traffic, and static stability is the point of running in-process.
+// its state, marked stale: dropping a ring because of a control-plane
+// mistake would stop traffic, and static stability is the point of running
+// in-process. One that never had a ring is unknown to the server.
 func (c *Client) onClusters(resources []*anypb.Any) error {
 	var rejected []string
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	present := make(map[string]bool, len(resources))
 	for _, a := range resources {
 		cds := &clusterv3.Cluster{}
 		if err := a.UnmarshalTo(cds); err != nil {
 			rejected = append(rejected, fmt.Sprintf("undecodable Cluster: %v", err))
 			continue
 		}
+		present[cds.GetName()] = true
 		b := c.balancers[cds.GetName()]
 		if b == nil {
 			continue // not asked for
 		}
-		eds := edsName(cds)
-		cla := c.endpoints[eds]
-		probe := cla
-		if probe == nil {
-			probe = probeAssignment(eds)
-		}
-		d, err := snapshot.Decode(cds, probe, snapshot.KindClientlib)
-		if err != nil {
-			rejected = append(rejected, fmt.Sprintf("cluster %q: %v", cds.GetName(), err))
-			continue
-		}
-		c.clusters[cds.GetName()] = cds
-		// A fade step changes CDS and EDS together, but they arrive as
-		// separate responses: keep the current ring until both halves of
-		// the step are here, or keys would move between old endpoints.
-		if cla != nil && snapshot.PairConsistent(cds, cla) {
-			if err := c.publishLocked(b, cds, cla, d); err != nil {
-				rejected = append(rejected, err.Error())
-			}
+		if msg := c.applyClusterLocked(b, cds); msg != "" {
+			rejected = append(rejected, msg)
 		}
 	}
+	for name, b := range c.balancers {
+		if !present[name] {
+			c.missingLocked(b)
+		}
+	}
+	c.ads.Subscribe(resourcev3.EndpointType, c.edsNamesLocked())
+	return c.rejected(rejected)
+}
+
+// applyClusterLocked validates one Cluster against the endpoints it has
+// (or a stand-in) and publishes its ring when both halves of a step are
+// here. It returns the rejection, or "".
+func (c *Client) applyClusterLocked(b *Balancer, cds *clusterv3.Cluster) string {
+	eds := edsName(cds)
+	cla := c.endpoints[eds]
+	probe := cla
+	if probe == nil {
+		probe = probeAssignment(eds)
+	}
+	d, err := snapshot.Decode(cds, probe, snapshot.KindClientlib)
+	if err != nil && !errors.Is(err, snapshot.ErrNoEndpoints) {
+		msg := fmt.Sprintf("cluster %q: %v", cds.GetName(), err)
+		if b.state.Load() == nil {
+			b.life.setCause(fmt.Errorf("%w: %s", ErrRejected, msg))
+		}
+		return msg
+	}
+	c.clusters[cds.GetName()] = cds
+	if b.life.setStale(time.Time{}) {
+		c.log.Info("cluster published again", zap.String("cluster", b.cluster))
+	}
+	if b.state.Load() == nil && cla == nil {
+		b.life.setCause(nil) // known now; its endpoints are on their way
+	}
+	// A fade step changes CDS and EDS together, but they arrive as
+	// separate responses: keep the current ring until both halves of the
+	// step are here, or keys would move between old endpoints.
+	if cla != nil && snapshot.PairConsistent(cds, cla) {
+		if err := c.publishLocked(b, cds, cla, d); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// missingLocked handles a subscribed cluster absent from a CDS response.
+func (c *Client) missingLocked(b *Balancer) {
+	if b.state.Load() == nil {
+		b.life.setCause(fmt.Errorf("%w: %q", ErrUnknownCluster, b.cluster))
+		return
+	}
+	if b.life.setStale(time.Now()) {
+		c.log.Warn("the management server no longer publishes this cluster; picking from its last ring", zap.String("cluster", b.cluster))
+	}
+}
+
+// policyOf is the ring dialect a cluster runs, decoded against a stand-in
+// endpoint.
+func policyOf(cds *clusterv3.Cluster) string {
+	d, err := snapshot.Decode(cds, probeAssignment(edsName(cds)), snapshot.KindClientlib)
+	if err != nil {
+		return ""
+	}
+	return d.Policy
+}
+
+// edsNamesLocked lists the EDS resources of the accepted clusters.
+func (c *Client) edsNamesLocked() []string {
 	names := make([]string, 0, len(c.clusters))
 	for _, cds := range c.clusters {
 		names = append(names, edsName(cds))
 	}
-	c.ads.Subscribe(resourcev3.EndpointType, names)
-	return c.rejected(rejected)
+	return names
 }
 
 // onEndpoints applies an EDS response, rejecting assignments that do not
-// decode into a ring with their cluster's policy.
+// decode into a ring with their cluster's policy. An assignment without
+// endpoints is accepted, as Envoy and grpc-go accept it: Pick and Do then
+// return ErrNoEndpoints.
 func (c *Client) onEndpoints(resources []*anypb.Any) error {
 	var rejected []string
 	c.mu.Lock()
@@ -326,12 +446,22 @@ func (c *Client) onEndpoints(resources []*anypb.Any) error {
 			if edsName(cds) != cla.GetClusterName() {
 				continue
 			}
+			b := c.balancers[name]
 			d, err := snapshot.Decode(cds, cla, snapshot.KindClientlib)
-			if err == nil && snapshot.PairConsistent(cds, cla) {
-				err = c.publishLocked(c.balancers[name], cds, cla, d)
+			switch {
+			case errors.Is(err, snapshot.ErrNoEndpoints):
+				b.setState(policyOf(cds), nil, nil, nil)
+				b.life.setCause(nil)
+				err = nil
+			case err == nil && snapshot.PairConsistent(cds, cla):
+				err = c.publishLocked(b, cds, cla, d)
 			}
 			if err != nil {
-				rejected = append(rejected, fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err))
+				msg := fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err)
+				rejected = append(rejected, msg)
+				if b.state.Load() == nil {
+					b.life.setCause(fmt.Errorf("%w: %s", ErrRejected, msg))
+				}
 				ok = false
 			}
 		}
@@ -364,6 +494,7 @@ func (c *Client) publishLocked(b *Balancer, cds *clusterv3.Cluster, cla *endpoin
 		return err
 	}
 	b.setState(d.Policy, eps, d.Ring, fade)
+	b.life.setCause(nil)
 	c.log.Debug("ring updated", zap.String("cluster", b.cluster), zap.String("policy", d.Policy), zap.Int("endpoints", len(eps)), zap.Bool("fading", fade != nil))
 	return nil
 }

@@ -3,8 +3,13 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,7 +129,9 @@ func waitInFlight(t *testing.T, b *Balancer, n int) {
 }
 
 // A failed call is retried once, on a different endpoint: the next one in
-// ring order; a second failure is returned, wrapping the cause.
+// ring order; a second failure is returned, wrapping both causes. By
+// default only a call that never reached its endpoint is retried;
+// WithIdempotent retries any error, and retryIf decides when set.
 func TestDoRetriesOnceElsewhere(t *testing.T) {
 	b, ring := benchBalancer(t, ringhash.PolicySkipper, 5, WithRetry(time.Millisecond, nil))
 	eps := b.Endpoints()
@@ -132,12 +139,12 @@ func TestDoRetriesOnceElsewhere(t *testing.T) {
 	var walk []string
 	ring.Walk(h, func(i int) bool { walk = append(walk, eps[i].Addr); return len(walk) < 2 })
 
-	boom := errors.New("boom")
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	var tried []string
 	err := b.Do(context.Background(), "k", func(_ context.Context, ep Endpoint) error {
 		tried = append(tried, ep.Addr)
 		if len(tried) == 1 {
-			return boom
+			return refused
 		}
 		return nil
 	})
@@ -145,15 +152,32 @@ func TestDoRetriesOnceElsewhere(t *testing.T) {
 		t.Fatalf("err %v, tried %v, want the owner then the next in ring order %v", err, tried, walk)
 	}
 
+	// An error after the call reached its endpoint is not retried by
+	// default: the call may have had its effect.
+	boom := errors.New("boom")
 	tried = nil
 	err = b.Do(context.Background(), "k", func(_ context.Context, ep Endpoint) error {
 		tried = append(tried, ep.Addr)
 		return boom
 	})
-	if !errors.Is(err, boom) || len(tried) != 2 || tried[0] == tried[1] {
-		t.Fatalf("err %v after %v, want boom from two different endpoints", err, tried)
+	if !errors.Is(err, boom) || len(tried) != 1 {
+		t.Fatalf("err %v after %v, want boom from one attempt", err, tried)
 	}
-	if st := b.Stats(); st.Retries != 2 || st.Calls != 4 || st.Failures != 3 {
+
+	idem, _ := benchBalancer(t, ringhash.PolicySkipper, 5, WithIdempotent(), WithRetry(time.Millisecond, nil))
+	tried = nil
+	first := fmt.Errorf("first: %w", ErrNotSent)
+	err = idem.Do(context.Background(), "k", func(_ context.Context, ep Endpoint) error {
+		tried = append(tried, ep.Addr)
+		if len(tried) == 1 {
+			return first
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) || !errors.Is(err, ErrNotSent) || len(tried) != 2 || tried[0] == tried[1] {
+		t.Fatalf("err %v after %v, want both attempts' errors from two different endpoints", err, tried)
+	}
+	if st := idem.Stats(); st.Retries != 1 || st.Calls != 2 || st.Failures != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 
@@ -162,9 +186,50 @@ func TestDoRetriesOnceElsewhere(t *testing.T) {
 	nb, _ := benchBalancer(t, ringhash.PolicySkipper, 5, WithRetry(0, func(error) bool { return false }))
 	_ = nb.Do(context.Background(), "k", func(_ context.Context, ep Endpoint) error {
 		tried = append(tried, ep.Addr)
-		return boom
+		return refused
 	})
 	if len(tried) != 1 {
 		t.Fatalf("retryIf false still retried: %v", tried)
+	}
+}
+
+// The retry budget bounds retries in flight: with every call failing, at
+// most the budget's minimum retry at once.
+func TestRetryBudgetBoundsRetries(t *testing.T) {
+	b, _ := benchBalancer(t, ringhash.PolicySkipper, 5, WithIdempotent(), WithRetry(0, nil), WithRetryBudget(0, 2), WithEjection(0, 0, 0, 0))
+	release := make(chan struct{})
+	var running, peak atomic.Int64
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			attempt := 0
+			_ = b.Do(context.Background(), "k", func(context.Context, Endpoint) error {
+				if attempt++; attempt == 1 {
+					return errors.New("fail fast")
+				}
+				n := running.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				<-release
+				running.Add(-1)
+				return nil
+			})
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Stats().Retries+b.Stats().RetriesDenied < 10 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	st := b.Stats()
+	if peak.Load() > 2 || st.Retries != 2 || st.RetriesDenied != 8 {
+		t.Fatalf("peak %d retries in flight, stats %+v; want at most 2, 2 retried and 8 denied", peak.Load(), st)
 	}
 }

@@ -3,6 +3,7 @@ package clientlib_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -394,7 +395,7 @@ func TestMetrics(t *testing.T) {
 	backends := startBackends(t, 5)
 	cp := startControlPlane(t, tempFile(t, clusterYAML("products", "maglev", "", backends)), "")
 	reg := prometheus.NewRegistry()
-	c := dial(t, cp.XDSAddr, clientlib.WithRegisterer(reg))
+	c := dial(t, cp.XDSAddr, clientlib.WithRegisterer(reg), clientlib.WithMetricsLabel("a"))
 	b := balancer(t, c, "products")
 	hc := transportClient(b)
 	for i := range 20 {
@@ -407,23 +408,33 @@ func TestMetrics(t *testing.T) {
 	var got map[string]float64
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		got = gatherMetrics(t, reg)
-		if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] >= 1 || time.Now().After(deadline) {
+		if got["ringxds_clientlib_xds_responses_total,client=a,outcome=ack,type=eds"] >= 1 || time.Now().After(deadline) {
 			break
 		}
 	}
 	for name, want := range map[string]float64{
-		"ringxds_clientlib_xds_connected":                             1,
-		"ringxds_clientlib_calls_total,cluster=products,result=ok":    20,
-		"ringxds_clientlib_walk_distance,cluster=products":            20,
-		"ringxds_clientlib_endpoints,cluster=products,state=all":      5,
-		"ringxds_clientlib_xds_responses_total,outcome=nack,type=cds": 0,
+		"ringxds_clientlib_xds_connected,client=a":                             1,
+		"ringxds_clientlib_calls_total,client=a,cluster=products,result=ok":    20,
+		"ringxds_clientlib_walk_distance,client=a,cluster=products":            20,
+		"ringxds_clientlib_endpoints,client=a,cluster=products,state=all":      5,
+		"ringxds_clientlib_xds_responses_total,client=a,outcome=nack,type=cds": 0,
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
 	}
-	if got["ringxds_clientlib_xds_responses_total,outcome=ack,type=eds"] < 1 {
+	if got["ringxds_clientlib_xds_responses_total,client=a,outcome=ack,type=eds"] < 1 {
 		t.Errorf("no EDS ACK counted: %v", got)
+	}
+	// A second Client shares the registry under its own label; one with the
+	// same label is refused with a clear error.
+	c2 := dial(t, cp.XDSAddr, clientlib.WithRegisterer(reg), clientlib.WithMetricsLabel("b"))
+	balancer(t, c2, "products")
+	if got := gatherMetrics(t, reg); got["ringxds_clientlib_endpoints,client=b,cluster=products,state=all"] != 5 {
+		t.Errorf("the second client's metrics are missing: %v", got)
+	}
+	if _, err := clientlib.Dial(context.Background(), cp.XDSAddr, clientlib.WithInsecure(), clientlib.WithRegisterer(reg), clientlib.WithMetricsLabel("a")); err == nil || !strings.Contains(err.Error(), "WithMetricsLabel") {
+		t.Errorf("a second client labelled a: %v, want an error naming WithMetricsLabel", err)
 	}
 }
 

@@ -20,6 +20,24 @@ var (
 	// ErrNoTransportSecurity is returned by Dial when neither WithTLS nor
 	// WithInsecure was given: the choice is the caller's to make.
 	ErrNoTransportSecurity = errors.New("clientlib: no transport security configured (use WithTLS or WithInsecure)")
+	// ErrUnknownCluster is wrapped in ErrNotReady when the management
+	// server answered without the cluster: a misspelled name, or one it
+	// does not publish.
+	ErrUnknownCluster = errors.New("the management server does not publish this cluster")
+	// ErrRejected is wrapped in ErrNotReady when the cluster or its
+	// endpoints arrived but could not be used (the client NACKed them); the
+	// error says why.
+	ErrRejected = errors.New("rejected")
+	// ErrNoServer is wrapped in ErrNotReady while the management server
+	// has not been reached; the error carries the last connection error.
+	ErrNoServer = errors.New("management server not reached")
+	// ErrNoEndpoints is returned by Pick and Do for a cluster published
+	// with no endpoint.
+	ErrNoEndpoints = errors.New("clientlib: cluster has no endpoints")
+	// ErrBalancerOptions is returned by Client.Balancer when options are
+	// given for a cluster whose balancer already exists: options apply
+	// when the balancer is created.
+	ErrBalancerOptions = errors.New("clientlib: balancer options apply when the balancer is created; this cluster's balancer exists")
 )
 
 // OverloadError is returned when a balancer sheds a call: its in-flight cap

@@ -25,7 +25,7 @@ import (
 // endpoint only ever holds entries it keeps. Fading it again here would
 // fade twice. Skipper (which ignores weights) and Maglev (whose server
 // keeps weights) fade in here, with one ring per scale-up event.
-func newFader(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded, now time.Time) (fader, error) {
+func newFader(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded, now time.Time) (*fadein.NRing, error) {
 	// Decode reads the fade metadata (snapshot.MetadataFadeStart and
 	// siblings in the "ringxds" namespace); metadata that does not parse
 	// leaves an endpoint established there, and so here.

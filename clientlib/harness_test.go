@@ -60,6 +60,7 @@ func decoded(t testing.TB, cp *testcp.ControlPlane, cluster string) *snapshot.De
 // request is cancelled.
 type backend struct {
 	addr   string
+	server *http.Server
 	frozen atomic.Pointer[chan struct{}]
 	block  atomic.Pointer[chan struct{}] // blocks only requests with X-Block
 	hits   sync.Map                      // key -> *atomic.Int64
@@ -94,6 +95,10 @@ func (b *backend) freeze() func() {
 	return func() { b.frozen.Store(nil); close(ch) }
 }
 
+// kill closes the backend's listener and connections: every new
+// connection to it is refused, as to a dead pod.
+func (b *backend) kill() { _ = b.server.Close() }
+
 func (b *backend) keys() map[string]int64 {
 	out := map[string]int64{}
 	b.hits.Range(func(k, v any) bool {
@@ -110,6 +115,7 @@ func startBackends(t testing.TB, n int) []*backend {
 		l := listenOn(t, "127.0.0.1:0")
 		b := &backend{addr: l.Addr().String()}
 		hs := &http.Server{Handler: b}
+		b.server = hs
 		go func() { _ = hs.Serve(l) }()
 		t.Cleanup(func() { _ = hs.Close() })
 		out[i] = b

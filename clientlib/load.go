@@ -7,7 +7,8 @@ import (
 )
 
 // Occupancy window: seconds of work per second over 150 ms, kept in five
-// 30 ms buckets (zalando-cslb: "Window 150 ms in five 30 ms buckets").
+// 30 ms buckets (Zalando's in-process balancer: a 150 ms window in five
+// 30 ms buckets).
 const (
 	bucketWidth = 30 * time.Millisecond
 	numBuckets  = 5
@@ -25,29 +26,51 @@ const (
 	freezeLatencyMultiple = 4
 )
 
+// outcome is how a call through Do ended, as load tracking sees it.
+type outcome uint8
+
+const (
+	// answered: fn returned nil.
+	answered outcome = iota
+	// failed: fn returned an error while its context was live. The
+	// endpoint answered, badly: it counts towards ejection and never as a
+	// latency sample, so a fast failure cannot make an endpoint look fast.
+	failed
+	// abandoned: the caller's context ended, or fn panicked. It says
+	// nothing about the endpoint.
+	abandoned
+)
+
 // endpointStats is one endpoint's load. Picks read the first cache line;
 // calls write inflight there and the buckets below. Each value is allocated
 // on its own and padded to 320 bytes (a size class of its own, whose
-// objects start on 64-byte boundaries) so two endpoints never share a line and picks on one core do not stall
-// on completions on another.
+// objects start on 64-byte boundaries) so two endpoints never share a line
+// and picks on one core do not stall on completions on another.
 type endpointStats struct {
 	// Read by every bounded-load pick.
 	inflight atomic.Int64
 	occ      atomic.Uint64 // float64 bits: seconds of work per second
 	penalty  atomic.Uint64 // float64 bits: min(latency / cluster latency, 5)
+	share    atomic.Uint64 // float64 bits: fraction of request hashes the ring gives it
 	frozen   atomic.Bool
-	_        [64 - 3*8 - 4]byte
+	ejected  atomic.Bool          // failed too often; out of picks until ejectedUntil
+	failing  atomic.Bool          // its last call failed: no walk lands on it
+	_        [64 - 4*8 - 3*4]byte // atomic.Bool is 4 bytes
 
 	// Written on completion, read by the ticker.
 	lastProgress atomic.Int64             // unix nanos of the last answer or 0 -> 1 in-flight step
-	work         [numBuckets]atomic.Int64 // nanos of every finished call, for occupancy
+	work         [numBuckets]atomic.Int64 // nanos of calls, in the buckets they ran in, for occupancy
 	lat          [numBuckets]atomic.Int64 // nanos of answered calls, for latency
 	count        [numBuckets]atomic.Int64 // answered calls
+	failures     atomic.Int32             // consecutive failed calls
+	ejections    atomic.Int32             // times ejected recently: the ejection time grows with it
+	ejectedUntil atomic.Int64             // unix nanos
 
 	// Ticker only.
-	ewma    float64 // seconds
-	freezes atomic.Uint64
-	_       [320 - 64 - 8 - 3*8*numBuckets - 16]byte
+	ewma        float64 // seconds
+	unejectedAt int64   // unix nanos the last ejection ended
+	freezes     atomic.Uint64
+	_           [320 - 64 - 8 - 3*8*numBuckets - 4 - 4 - 8 - 8 - 8 - 8]byte
 }
 
 func newEndpointStats() *endpointStats {
@@ -56,11 +79,14 @@ func newEndpointStats() *endpointStats {
 	return s
 }
 
+// rawLoad is max(in-flight, occupancy): the work the endpoint holds.
+func (s *endpointStats) rawLoad() float64 {
+	return max(float64(s.inflight.Load()), math.Float64frombits(s.occ.Load()))
+}
+
 // load is max(in-flight, occupancy) x latency penalty.
 func (s *endpointStats) load() float64 {
-	in := float64(s.inflight.Load())
-	occ := math.Float64frombits(s.occ.Load())
-	return max(in, occ) * math.Float64frombits(s.penalty.Load())
+	return s.rawLoad() * math.Float64frombits(s.penalty.Load())
 }
 
 // start records a call starting at now (unix nanos).
@@ -72,23 +98,54 @@ func (s *endpointStats) start(now int64) {
 	}
 }
 
-// done records a call that took d, ending at now, in bucket b. answered
-// is false when the caller gave up on it (its context ended): the work
-// counts towards occupancy, but an abandoned call proves nothing about the
-// endpoint, so it neither resets the stall clock nor ends a freeze.
-func (s *endpointStats) done(now int64, d time.Duration, b uint32, answered bool) {
+// done records a call that ran from start to now (unix nanos). Its work is
+// spread over the buckets it ran in, back from b, the current one, which
+// began at bucketStart: a one-second call is occupancy over the second it
+// took, not a burst in the 30 ms it ended in. It returns the consecutive
+// failures after this call.
+func (s *endpointStats) done(start, now, bucketStart int64, b uint32, o outcome) int32 {
 	s.inflight.Add(-1)
-	s.work[b].Add(int64(d))
-	if !answered {
-		return
+	spreadWork(&s.work, start, now, bucketStart, b)
+	switch o {
+	case abandoned:
+		return s.failures.Load()
+	case answered:
+		d := now - start
+		s.lat[b].Add(d)
+		s.count[b].Add(1)
+		if s.failures.Load() != 0 {
+			s.failures.Store(0)
+			s.failing.Store(false)
+		}
 	}
-	s.lat[b].Add(int64(d))
-	s.count[b].Add(1)
+	// Failed or not, the endpoint answered: it is not hanging.
 	s.lastProgress.Store(now)
 	if s.frozen.Load() {
 		// Completing is proof of life: return traffic at once rather than
 		// at the next tick.
 		s.frozen.Store(false)
+	}
+	if o == failed {
+		s.failing.Store(true)
+		return s.failures.Add(1)
+	}
+	return 0
+}
+
+// spreadWork adds the call's running time, start to now, to the buckets it
+// overlapped: the current bucket b (from bucketStart), then each earlier one
+// (30 ms each). Time before the window is dropped: occupancy is work per
+// second over the window.
+func spreadWork(work *[numBuckets]atomic.Int64, start, now, bucketStart int64, b uint32) {
+	hi, lo := now, bucketStart
+	for k := range uint32(numBuckets) {
+		if part := min(hi, now) - max(lo, start); part > 0 {
+			work[(b+numBuckets-k)%numBuckets].Add(part)
+		}
+		if start >= lo {
+			return
+		}
+		hi, lo = lo, lo-int64(bucketWidth)
 	}
 }
 
@@ -100,23 +157,30 @@ type loadTracker struct {
 	sum      atomic.Uint64 // float64 bits: sum of endpoint loads at the last tick
 	_        [56]byte
 	bucket   atomic.Uint32 // current bucket index
-	_        [60]byte
+	_        [4]byte
+	start    atomic.Int64 // unix nanos the current bucket began
+	_        [48]byte
 	latency  atomic.Uint64 // float64 bits: mean call duration over the window, seconds
 	_        [56]byte
 }
 
-// capacity is the bounded-load bound for n endpoints: f x (L + 1) / n,
-// at least 1, where L is the cluster's total load (the larger of the live
-// in-flight count and the load summed at the last tick) and the + 1 is the
-// call being placed. An endpoint is under the bound while its load is
-// below it: load < capacity. The floor of 1 lets a lightly loaded cluster
-// keep every key on its owner as long as the owner has less than one call's
-// worth of work, however uneven the keys; this is the ceiling in Mirrokni
-// et al.'s "consistent hashing with bounded loads", where a bin's capacity
-// is ceil(f x (m + 1) / n) balls.
-func (t *loadTracker) capacity(f float64, n int) float64 {
+// capacity is the bounded-load bound of an endpoint owning share of the
+// request hashes: f x (L + 1) x share, at least 1, where L is the cluster's
+// total load (the larger of the live in-flight count and the load summed at
+// the last tick) and the + 1 is the call being placed. An endpoint is under
+// the bound while its load is below it.
+//
+// Scaling by the ring share is what Envoy's bounded load does with
+// normalised host weights: with equal shares it is f x (L + 1) / n, and a
+// light or fading endpoint is bounded by its own share, so the heavy ones
+// keep their keys. The floor of 1 lets a lightly loaded cluster keep every
+// key on its owner as long as the owner has less than one call's worth of
+// work, however uneven the keys; this is the ceiling in Mirrokni et al.'s
+// "consistent hashing with bounded loads", where a bin's capacity is
+// ceil(f x (m + 1) / n) balls.
+func (t *loadTracker) capacity(f, share float64) float64 {
 	l := max(float64(t.inflight.Load()), math.Float64frombits(t.sum.Load()))
-	return max(f*(l+1)/float64(n), 1)
+	return max(f*(l+1)*share, 1)
 }
 
 // tick closes the current bucket: it recomputes every endpoint's
@@ -165,7 +229,8 @@ func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter ti
 		if in > 0 || work > 0 {
 			active = true
 		}
-		frozen := in > 0 && time.Duration(nowNanos-s.lastProgress.Load()) > threshold
+		// freezeAfter 0 turns freeze detection off.
+		frozen := freezeAfter > 0 && in > 0 && time.Duration(nowNanos-s.lastProgress.Load()) > threshold
 		penalty := 1.0
 		if s.ewma > 0 && clusterLat > 0 {
 			penalty = min(s.ewma/clusterLat, maxPenalty)
@@ -189,6 +254,7 @@ func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter ti
 		s.lat[next].Store(0)
 		s.count[next].Store(0)
 	}
+	t.start.Store(nowNanos)
 	t.bucket.Store(next)
 	return active, freezes
 }

@@ -20,6 +20,12 @@ var (
 		"Calls refused with an OverloadError: in-flight cap reached and wait queue full.", []string{"cluster"}, nil)
 	descFreezes = prometheus.NewDesc("ringxds_clientlib_freezes_total",
 		"Times an endpoint was found frozen: requests outstanding, none completing.", []string{"cluster"}, nil)
+	descEjections = prometheus.NewDesc("ringxds_clientlib_ejections_total",
+		"Times an endpoint was taken out of picks after consecutive failed calls.", []string{"cluster"}, nil)
+	descRetriesDenied = prometheus.NewDesc("ringxds_clientlib_retries_denied_total",
+		"Retries the retry budget refused.", []string{"cluster"}, nil)
+	descStale = prometheus.NewDesc("ringxds_clientlib_cluster_stale",
+		"1 while the management server no longer publishes the cluster and its last ring is in use.", []string{"cluster"}, nil)
 	descWalk = prometheus.NewDesc("ringxds_clientlib_walk_distance",
 		"Bounded-load walk distance of each Do: 0 is the key's owner, n the n-th next endpoint in ring order.", []string{"cluster"}, nil)
 	descInFlight = prometheus.NewDesc("ringxds_clientlib_in_flight",
@@ -27,7 +33,7 @@ var (
 	descQueued = prometheus.NewDesc("ringxds_clientlib_queued",
 		"Calls waiting for a slot under the in-flight cap.", []string{"cluster"}, nil)
 	descEndpoints = prometheus.NewDesc("ringxds_clientlib_endpoints",
-		"Endpoints on the cluster's ring, by state (frozen, fading, all).", []string{"cluster", "state"}, nil)
+		"Endpoints on the cluster's ring, by state (frozen, ejected, fading, all).", []string{"cluster", "state"}, nil)
 	descConnected = prometheus.NewDesc("ringxds_clientlib_xds_connected",
 		"1 while the ADS stream to the management server is up.", nil, nil)
 	descResponses = prometheus.NewDesc("ringxds_clientlib_xds_responses_total",
@@ -37,7 +43,8 @@ var (
 )
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalls, descRetries, descSheds, descFreezes, descWalk, descInFlight, descQueued, descEndpoints, descConnected, descResponses, descReconnects} {
+	for _, d := range []*prometheus.Desc{descCalls, descRetries, descSheds, descFreezes, descEjections, descRetriesDenied, descStale,
+		descWalk, descInFlight, descQueued, descEndpoints, descConnected, descResponses, descReconnects} {
 		ch <- d
 	}
 }
@@ -75,6 +82,13 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRetries, st.Retries, name)
 		counter(descSheds, st.Sheds, name)
 		counter(descFreezes, st.Freezes, name)
+		counter(descEjections, st.Ejections, name)
+		counter(descRetriesDenied, st.RetriesDenied, name)
+		stale := 0.0
+		if !st.StaleSince.IsZero() {
+			stale = 1
+		}
+		gauge(descStale, stale, name)
 		buckets := make(map[float64]uint64, MaxWalk)
 		var total, sum uint64
 		for h, n := range st.WalkDistance {
@@ -87,6 +101,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descQueued, float64(st.Queued), name)
 		gauge(descEndpoints, float64(st.Endpoints), name, "all")
 		gauge(descEndpoints, float64(st.Frozen), name, "frozen")
+		gauge(descEndpoints, float64(st.Ejected), name, "ejected")
 		gauge(descEndpoints, float64(st.Fading), name, "fading")
 	}
 }

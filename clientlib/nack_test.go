@@ -2,6 +2,7 @@ package clientlib_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -19,6 +20,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ringxds/ringxds/clientlib"
 )
 
 // rawServer is a bare go-control-plane ADS server whose resources the test
@@ -167,4 +170,43 @@ func TestInvalidResourcesAreNACKedAndTheOldRingKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the valid update", func() bool { return len(b.Endpoints()) == 4 })
+}
+
+// An assignment with no endpoint is accepted, as Envoy and grpc-go accept
+// it: Pick and Do say the cluster has no endpoints, until it has again. A
+// NACKed cluster that never had a ring says why it is not ready.
+func TestEmptyAssignmentIsAccepted(t *testing.T) {
+	rs := startRawServer(t)
+	addrs := []string{"127.0.0.1:9001", "127.0.0.1:9002"}
+	if err := rs.cds.UpdateResource("products", ringHashCluster("products", clusterv3.Cluster_RING_HASH)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.eds.UpdateResource("products", assignment("products", addrs, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, rs.addr)
+	b := balancer(t, c, "products")
+	if err := rs.eds.UpdateResource("products", assignment("products", nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the empty assignment", func() bool { return len(b.Endpoints()) == 0 })
+	if _, err := b.Pick("k"); !errors.Is(err, clientlib.ErrNoEndpoints) {
+		t.Fatalf("Pick on an empty cluster: %v", err)
+	}
+	if n := len(rs.nacked()); n != 0 {
+		t.Fatalf("%d NACKs, want the empty assignment accepted", n)
+	}
+	if err := rs.eds.UpdateResource("products", assignment("products", addrs, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "endpoints again", func() bool { _, err := b.Pick("k"); return err == nil })
+
+	if err := rs.cds.UpdateResource("broken", ringHashCluster("broken", clusterv3.Cluster_ROUND_ROBIN)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := c.Balancer(ctx, "broken"); !errors.Is(err, clientlib.ErrRejected) || !strings.Contains(err.Error(), "not a consistent hash") {
+		t.Fatalf("a rejected cluster: %v, want ErrRejected with the reason", err)
+	}
 }

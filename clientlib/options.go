@@ -13,14 +13,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	nodeID      string
-	tls         *tls.Config
-	insecure    bool
-	dialOpts    []grpc.DialOption
-	logger      *zap.Logger
-	registerer  prometheus.Registerer
-	backoffBase time.Duration
-	backoffMax  time.Duration
+	nodeID       string
+	metricsLabel string
+	tls          *tls.Config
+	insecure     bool
+	dialOpts     []grpc.DialOption
+	logger       *zap.Logger
+	registerer   prometheus.Registerer
+	backoffBase  time.Duration
+	backoffMax   time.Duration
 }
 
 // WithNodeID sets the xDS node id the management server sees (its debug
@@ -44,8 +45,15 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithRegisterer registers the client's Prometheus collector (metrics of
-// the xDS stream and of every balancer) with r.
+// the xDS stream and of every balancer) with r. Every series carries the
+// constant label client (see WithMetricsLabel), so several Clients can
+// share one registry.
 func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
+
+// WithMetricsLabel sets the value of the client label on the Client's
+// metrics; the default is the Dial target. Two Clients registering with one
+// registry need different values.
+func WithMetricsLabel(value string) Option { return func(o *options) { o.metricsLabel = value } }
 
 // WithReconnectBackoff bounds the delay between attempts to reach the
 // management server: exponential from base, at most maxDelay, full jitter.
@@ -55,8 +63,9 @@ func WithReconnectBackoff(base, maxDelay time.Duration) Option {
 }
 
 // BalancerOption configures a Balancer. Options apply when the client
-// first creates the cluster's balancer; later Balancer calls for the same
-// cluster return it unchanged.
+// creates the cluster's balancer; a later Balancer call for the same
+// cluster, while it lives, returns it and refuses options
+// (ErrBalancerOptions).
 type BalancerOption func(*balancerOptions)
 
 type balancerOptions struct {
@@ -68,6 +77,18 @@ type balancerOptions struct {
 	retry       bool
 	retryJitter time.Duration
 	retryIf     func(error) bool
+	idempotent  bool
+	// Retry budget: retries in flight at most ratio x calls in flight, or
+	// min.
+	retryBudgetRatio float64
+	retryBudgetMin   int
+	// Ejection: after ejectAfter consecutive failed calls (0: never), for
+	// ejectBase x recent ejections, at most ejectMax, and at most
+	// maxEjectedShare of the endpoints (at least one).
+	ejectAfter      int
+	ejectBase       time.Duration
+	ejectMax        time.Duration
+	maxEjectedShare float64
 }
 
 // Defaults, documented in docs/clientlib.md.
@@ -88,6 +109,21 @@ const (
 	// DefaultRetryJitter is the upper bound of the random pause before the
 	// retry on another endpoint.
 	DefaultRetryJitter = 5 * time.Millisecond
+	// DefaultRetryBudgetRatio and DefaultRetryBudgetMin bound retries in
+	// flight to 20% of the calls in flight, or 3, Envoy's retry budget.
+	DefaultRetryBudgetRatio = 0.2
+	DefaultRetryBudgetMin   = 3
+	// DefaultEjectAfter, DefaultEjectBase, DefaultEjectMax and
+	// DefaultMaxEjectedShare are the ejection rule: 5 consecutive failed
+	// calls take an endpoint out of picks for 10 s times its recent
+	// ejections, at most 5 min, and at most half of the endpoints are out
+	// at once (at least one). Envoy's outlier detection uses 5 failures,
+	// 30 s and 300 s; an in-process client learns of a dead pod from the
+	// server within seconds, so its ejections can be shorter.
+	DefaultEjectAfter      = 5
+	DefaultEjectBase       = 10 * time.Second
+	DefaultEjectMax        = 5 * time.Minute
+	DefaultMaxEjectedShare = 0.5
 )
 
 func defaultBalancerOptions() balancerOptions {
@@ -99,6 +135,13 @@ func defaultBalancerOptions() balancerOptions {
 		freezeAfter: DefaultFreezeAfter,
 		retry:       true,
 		retryJitter: DefaultRetryJitter,
+
+		retryBudgetRatio: DefaultRetryBudgetRatio,
+		retryBudgetMin:   DefaultRetryBudgetMin,
+		ejectAfter:       DefaultEjectAfter,
+		ejectBase:        DefaultEjectBase,
+		ejectMax:         DefaultEjectMax,
+		maxEjectedShare:  DefaultMaxEjectedShare,
 	}
 }
 
@@ -123,16 +166,44 @@ func WithMaxInFlight(n, queue int) BalancerOption {
 // WithFreezeAfter sets the minimum stall before an endpoint counts as
 // frozen (default 200 ms). The effective threshold is the larger of d and
 // four times the cluster's mean latency, so slow clusters are not flagged
-// by their normal requests.
+// by their normal requests. d <= 0 turns freeze detection off.
 func WithFreezeAfter(d time.Duration) BalancerOption {
-	return func(o *balancerOptions) { o.freezeAfter = d }
+	return func(o *balancerOptions) { o.freezeAfter = max(d, 0) }
 }
 
 // WithRetry configures Do's single retry on a different endpoint: it waits
-// a random pause in [0, jitter) and retries when retryIf(err) holds (nil
-// means every error while the context is live).
+// a random pause in [0, jitter) and retries when retryIf(err) holds. A nil
+// retryIf keeps the default: only errors for which ConnectFailed holds, or
+// every error with WithIdempotent.
 func WithRetry(jitter time.Duration, retryIf func(error) bool) BalancerOption {
-	return func(o *balancerOptions) { o.retry, o.retryJitter, o.retryIf = true, jitter, retryIf }
+	return func(o *balancerOptions) { o.retry, o.retryJitter, o.retryIf = true, max(jitter, 0), retryIf }
+}
+
+// WithIdempotent declares the calls made through Do safe to repeat, so a
+// failed call is retried on another endpoint whatever its error (while the
+// context is live). Without it, Do retries only calls that never reached
+// their endpoint (ConnectFailed). Transport decides per request instead,
+// by method and body, as net/http does.
+func WithIdempotent() BalancerOption { return func(o *balancerOptions) { o.idempotent = true } }
+
+// WithRetryBudget bounds the retries in flight to ratio x the calls in
+// flight, or min, whichever is larger (defaults 0.2 and 3): when a whole
+// cluster fails, retries cannot multiply its load.
+func WithRetryBudget(ratio float64, min int) BalancerOption {
+	return func(o *balancerOptions) { o.retryBudgetRatio, o.retryBudgetMin = max(ratio, 0), max(min, 0) }
+}
+
+// WithEjection sets the ejection rule: after consecutive failed calls
+// (calls through Do whose fn returned an error while the context was
+// live), an endpoint leaves the picks for base times its recent ejections,
+// at most maxTime, with at most maxShare of the endpoints out at once (and
+// at least one). after <= 0 turns ejection off. The defaults are 5, 10 s,
+// 5 min and 0.5.
+func WithEjection(after int, base, maxTime time.Duration, maxShare float64) BalancerOption {
+	return func(o *balancerOptions) {
+		o.ejectAfter, o.ejectBase, o.ejectMax = after, max(base, time.Millisecond), max(maxTime, base, time.Millisecond)
+		o.maxEjectedShare = min(max(maxShare, 0), 1)
+	}
 }
 
 // WithoutRetry turns Do's retry off.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -91,7 +92,28 @@ func BenchmarkPick(b *testing.B) {
 				sink += len(ep.Addr)
 			}
 		})
+		// Failure-aware picking: one endpoint of the 50 ejected, so every
+		// pick checks ejection and keys owned by it walk past it.
+		for _, bounded := range []bool{false, true} {
+			ej, _ := benchBalancer(b, policy, 50, WithBoundedLoad(bounded))
+			ejectOne(ej)
+			b.Run(fmt.Sprintf("%s/bounded-%v-one-ejected", policy, map[bool]string{false: "off", true: "on"}[bounded]), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					ep, _ := ej.Pick(benchKeys[i&1023])
+					sink += len(ep.Addr)
+				}
+			})
+		}
 	}
+}
+
+// ejectOne ejects the balancer's first endpoint, as consecutive failures
+// would.
+func ejectOne(b *Balancer) {
+	s := b.state.Load()
+	s.stats[0].failures.Store(int32(b.opts.ejectAfter))
+	b.eject(s, 0, time.Now().UnixNano())
 }
 
 // BenchmarkPickParallel runs Pick on every P; with -cpu 1,2 ns/op should

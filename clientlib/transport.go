@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 )
 
 // Transport is an http.RoundTripper that sends each request to the
@@ -31,22 +32,30 @@ type Transport struct {
 	Base http.RoundTripper
 }
 
-// HeaderKey keys requests by the value of header name, as Envoy's and
-// grpc-go's header hash policy does for a single value.
+// HeaderKey keys requests by the value of header name, as Envoy's and the
+// gRPC clients' header hash policy does for a single value. Several values
+// are joined with "," as the gRPC clients join them; Envoy hashes them
+// another way (sorted, chained), so send the hash header once.
 func HeaderKey(name string) func(*http.Request) (string, bool) {
 	canonical := http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, bool) {
-		v := r.Header[canonical]
-		if len(v) == 0 {
+		switch v := r.Header[canonical]; len(v) {
+		case 0:
 			return "", false
+		case 1:
+			return v[0], true
+		default:
+			return strings.Join(v, ","), true
 		}
-		return v[0], true
 	}
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. As the contract asks, it closes
+// the request body on every path, also when no attempt was made (the call
+// was shed, or its context ended while it waited).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Balancer == nil || t.Key == nil {
+		closeBody(req)
 		return nil, fmt.Errorf("clientlib: Transport needs a Balancer and a Key")
 	}
 	base := t.Base
@@ -83,10 +92,31 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = base.RoundTrip(out)
 		return err
 	})
+	if attempt == 0 {
+		closeBody(req) // no RoundTrip took it
+	}
 	if err != nil {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// so http.Client.CloseIdleConnections reaches them.
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
 }
 
 // idempotent is net/http's rule for retrying a request on another

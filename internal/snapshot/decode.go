@@ -77,6 +77,11 @@ func undecodable(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUndecodable, fmt.Sprintf(format, args...))
 }
 
+// ErrNoEndpoints is wrapped by the Decode error of an assignment without a
+// healthy endpoint at priority 0: there is no ring to build, although
+// Envoy and grpc-go accept such an assignment (their requests fail).
+var ErrNoEndpoints = errors.New("no healthy endpoints at priority 0")
+
 // ErrNotConsistentHash is wrapped by every Decode error about a cluster the
 // data plane runs with a policy that has no ring, such as round_robin:
 // keys are then spread at random.
@@ -154,7 +159,7 @@ func DecodeAs(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d D
 		return nil, fmt.Errorf("cluster %q: %w", cds.GetName(), err)
 	}
 	if len(out.Endpoints) == 0 {
-		return nil, fmt.Errorf("cluster %q: %w", cds.GetName(), undecodable("no healthy endpoints at priority 0"))
+		return nil, fmt.Errorf("cluster %q: %w: %w", cds.GetName(), ErrUndecodable, ErrNoEndpoints)
 	}
 	if out.Ring, err = buildRing(pol, d, out.Endpoints, members); err != nil {
 		return nil, fmt.Errorf("cluster %q: %s ring: %w", cds.GetName(), pol.name, err)

@@ -1,0 +1,86 @@
+package clientlib
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// runTicker closes a bucket every 30 ms while the balancer has traffic, an
+// endpoint fading in or one ejected, and parks while it has none.
+func (b *Balancer) runTicker(ctx context.Context) {
+	t := time.NewTicker(bucketWidth)
+	defer t.Stop()
+	idleTicks := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s := b.state.Load()
+			if s == nil {
+				continue
+			}
+			active, freezes := b.load.tick(s.stats, now, b.opts.freezeAfter)
+			if freezes > 0 {
+				b.freezes.Add(uint64(freezes))
+				b.log.Warn("endpoint frozen: requests outstanding, none completing", zap.String("cluster", b.cluster), zap.Int("endpoints", freezes))
+			}
+			b.endEjections(s, now)
+			if s.fade != nil {
+				b.setShares(s, now)
+			}
+			if active || s.fade != nil || b.ejected.Load() != 0 {
+				idleTicks = 0
+				continue
+			}
+			if idleTicks++; idleTicks < numBuckets {
+				continue
+			}
+			// A whole window without traffic: every bucket is clear, so
+			// ticking would change nothing until the next call.
+			b.idle.Store(true)
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.wake:
+			}
+			idleTicks = 0
+			t.Reset(bucketWidth)
+		}
+	}
+}
+
+// endEjections returns endpoints whose ejection time is over to the picks,
+// with a clean failure count, and lets an endpoint healthy for a base
+// ejection time forget one earlier ejection, so its next one is shorter
+// (Envoy's outlier detection does the same).
+func (b *Balancer) endEjections(s *ringState, now time.Time) {
+	nowNanos := now.UnixNano()
+	ended := false
+	defer func() {
+		if ended {
+			b.updateLiveShare(s)
+		}
+	}()
+	for i, st := range s.stats {
+		switch {
+		case st.ejected.Load():
+			if nowNanos < st.ejectedUntil.Load() {
+				continue
+			}
+			st.failures.Store(0)
+			st.failing.Store(false)
+			st.unejectedAt = nowNanos
+			if st.ejected.CompareAndSwap(true, false) {
+				b.ejected.Add(-1)
+				ended = true
+				b.log.Info("ejected endpoint back in picks", zap.String("cluster", b.cluster), zap.String("endpoint", s.eps[i].Addr))
+			}
+		case st.ejections.Load() > 0 && nowNanos-st.unejectedAt > int64(b.opts.ejectBase):
+			st.ejections.Add(-1)
+			st.unejectedAt = nowNanos
+		}
+	}
+}
