@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/balancer/endpointsharding"
+	"google.golang.org/grpc/balancer/lazy"
 	"google.golang.org/grpc/balancer/pickfirst"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/experimental/balancer/weight"
@@ -36,10 +37,17 @@ func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfi
 
 func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	b := &ringBalancer{ClientConn: cc}
-	// One pick_first child per endpoint, as grpc-go's ring_hash has; the
-	// ring decides between children, each child owns its connection.
-	b.child = endpointsharding.NewBalancer(b, opts, balancer.Get(pickfirst.Name).Build, endpointsharding.Options{})
+	// One pick_first child per endpoint, lazy and without automatic
+	// reconnects, as grpc-go's ring_hash has (balancer/ringhash): a child
+	// connects only when a pick needs it, so a client does not connect to
+	// every endpoint of a large cluster. The ring decides between children,
+	// each child owns its connection.
+	b.child = endpointsharding.NewBalancer(b, opts, lazyPickFirst, endpointsharding.Options{DisableAutoReconnect: true})
 	return b
+}
+
+func lazyPickFirst(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	return lazy.NewBalancer(cc, opts, balancer.Get(pickfirst.Name).Build)
 }
 
 // ringBalancer embeds the parent ClientConn to intercept the child's
@@ -129,20 +137,66 @@ func (b *ringBalancer) UpdateState(s balancer.State) {
 		return
 	}
 
-	p := &picker{ring: b.ring, header: b.cfg.HashHeader, children: make([]balancer.State, len(children))}
-	state := connectivity.TransientFailure
-	for i, c := range children {
-		p.children[i] = c.State
+	p := &picker{ring: b.ring, header: b.cfg.HashHeader, children: children}
+	state := aggregateState(children)
+	if state == connectivity.Connecting || state == connectivity.TransientFailure {
+		// Keep one connection attempt going, as grpc-go's ring_hash does,
+		// so a channel whose children all idle or failed recovers without
+		// waiting for a pick: the first idle child in key order, unless one
+		// is connecting already.
+		exitFirstIdle(children)
+	}
+	b.ClientConn.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
+}
+
+// aggregateState is grpc-go ring_hash's aggregation (gRFC A61): READY if
+// any child is; else CONNECTING if any connects or idles, or if two or
+// more failed while others remain; else TRANSIENT_FAILURE.
+func aggregateState(children []endpointsharding.ChildState) connectivity.State {
+	var ready, connecting, idle, failed int
+	for _, c := range children {
 		switch c.State.ConnectivityState {
 		case connectivity.Ready:
-			state = connectivity.Ready
-		case connectivity.Connecting, connectivity.Idle:
-			if state != connectivity.Ready {
-				state = connectivity.Connecting
+			ready++
+		case connectivity.Connecting:
+			connecting++
+		case connectivity.Idle:
+			idle++
+		case connectivity.TransientFailure:
+			failed++
+		}
+	}
+	switch {
+	case ready > 0:
+		return connectivity.Ready
+	case failed >= 2:
+		return connectivity.TransientFailure
+	case connecting > 0:
+		return connectivity.Connecting
+	case failed == 1 && len(children) > 1:
+		return connectivity.Connecting
+	case idle > 0:
+		return connectivity.Idle
+	}
+	return connectivity.TransientFailure
+}
+
+// exitFirstIdle starts the first idle child connecting, unless one is.
+func exitFirstIdle(children []endpointsharding.ChildState) {
+	var first func()
+	for _, c := range children {
+		switch c.State.ConnectivityState {
+		case connectivity.Connecting:
+			return
+		case connectivity.Idle:
+			if first == nil {
+				first = c.ExitIdle
 			}
 		}
 	}
-	b.ClientConn.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
+	if first != nil {
+		first()
+	}
 }
 
 // ringEndpoints turns the children into ring members, index for index.

@@ -55,3 +55,35 @@ func TestProxylessGRPCAgreesWithDebugPick(t *testing.T) {
 		t.Fatal("every key went where ring_hash sends it: the ringxds.skipper policy did not run")
 	}
 }
+
+// Children are lazy, as in grpc-go's ring_hash: a client whose RPCs all
+// carry one key connects to that key's endpoint only, not to every
+// endpoint of the cluster.
+func TestOnlyPickedEndpointsAreConnected(t *testing.T) {
+	backends := testcp.StartBackends(t, 5)
+	const header = "x-product-id"
+	cp := testcp.Start(t, testcp.TempFile(t, testcp.ClusterYAML("products", "skipper", header, "", testcp.Addrs(backends), nil)))
+	client := testgrpc.NewTestServiceClient(testcp.DialXDS(t, cp.XDSAddr, "products"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got string
+	for range 20 {
+		var err error
+		if got, err = testcp.Call(ctx, client, header, "one-key"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	connected := 0
+	for _, b := range backends {
+		if b.Conns() > 0 {
+			connected++
+			if b.Addr != got {
+				t.Errorf("backend %s, which owns no key sent, was connected", b.Addr)
+			}
+		}
+	}
+	if connected != 1 {
+		t.Fatalf("%d of %d backends connected for one key, want 1", connected, len(backends))
+	}
+}

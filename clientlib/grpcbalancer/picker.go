@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/endpointsharding"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 
@@ -15,7 +16,7 @@ import (
 type picker struct {
 	ring     ringhash.Ring
 	header   string
-	children []balancer.State // ring index -> child state
+	children []endpointsharding.ChildState // ring index -> child
 }
 
 // requestHash is grpc-go ring_hash's header hash (balancer/ringhash
@@ -33,30 +34,41 @@ func (p *picker) requestHash(info balancer.PickInfo) (uint64, bool) {
 	return ringhash.HashKey(strings.Join(v, ",")), true
 }
 
+// Pick follows grpc-go's ring_hash picker (balancer/ringhash, gRFC A61 and
+// A76). A keyed RPC goes to the first child in ring order from the key's
+// owner that is not in TRANSIENT_FAILURE; an idle child there connects and
+// holds the RPC, so the key is not sent elsewhere while the channel warms
+// up. An RPC without the hash header takes the first READY child from a
+// random point, starting one idle child connecting on its way if none is.
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
-	h, ok := p.requestHash(info)
-	if !ok {
+	h, keyed := p.requestHash(info)
+	if !keyed {
 		h = rand.Uint64()
 	}
 	owner := p.ring.Pick(h)
-	if p.children[owner].ConnectivityState != connectivity.TransientFailure {
-		// READY picks; CONNECTING and IDLE queue the RPC (and start the
-		// connection) rather than send the key elsewhere while the channel
-		// warms up.
-		return p.children[owner].Picker.Pick(info)
+	if keyed && p.children[owner].State.ConnectivityState != connectivity.TransientFailure {
+		return p.children[owner].State.Picker.Pick(info)
 	}
-	// Walk past failed endpoints in ring order, as grpc-go's ring_hash
-	// does (gRFC A61), so every client falls back to the same endpoint.
-	found := -1
+	found, connecting := -1, false
+	for _, c := range p.children {
+		connecting = connecting || c.State.ConnectivityState == connectivity.Connecting
+	}
 	p.ring.Walk(h, func(i int) bool {
-		if p.children[i].ConnectivityState != connectivity.TransientFailure {
+		switch st := p.children[i].State.ConnectivityState; {
+		case keyed && st != connectivity.TransientFailure, st == connectivity.Ready:
 			found = i
 			return false
+		case !keyed && !connecting && st == connectivity.Idle:
+			connecting = true
+			p.children[i].ExitIdle()
 		}
 		return true
 	})
-	if found >= 0 {
-		return p.children[found].Picker.Pick(info)
+	switch {
+	case found >= 0:
+		return p.children[found].State.Picker.Pick(info)
+	case !keyed && connecting:
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 	}
-	return p.children[owner].Picker.Pick(info)
+	return p.children[owner].State.Picker.Pick(info)
 }

@@ -23,8 +23,32 @@ type Backend struct {
 	Addr string
 	srv  *grpc.Server
 
-	mu   sync.Mutex
-	hits int
+	mu    sync.Mutex
+	hits  int
+	conns int
+}
+
+// Conns counts the connections the backend accepted.
+func (b *Backend) Conns() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conns
+}
+
+// countingListener counts a backend's accepted connections.
+type countingListener struct {
+	net.Listener
+	b *Backend
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.b.mu.Lock()
+		l.b.conns++
+		l.b.mu.Unlock()
+	}
+	return c, err
 }
 
 // UnaryCall answers with the backend's address as the hostname.
@@ -50,7 +74,7 @@ func StartBackends(t testing.TB, n int) []*Backend {
 		l := Listen(t, "127.0.0.1:0")
 		b := &Backend{Addr: l.Addr().String(), srv: grpc.NewServer()}
 		testgrpc.RegisterTestServiceServer(b.srv, b)
-		go func() { _ = b.srv.Serve(l) }()
+		go func() { _ = b.srv.Serve(countingListener{l, b}) }()
 		t.Cleanup(b.srv.Stop)
 		out[i] = b
 	}
