@@ -72,6 +72,9 @@ type TypeStatus struct {
 	// legacyWildcard: the stream's first request of the type named nothing,
 	// and none since named anything.
 	legacyWildcard bool
+	// deltaNames is a delta stream's subscription, which its requests
+	// change by difference.
+	deltaNames map[string]struct{}
 }
 
 // Nack is a response a client rejected.

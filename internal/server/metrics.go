@@ -20,6 +20,10 @@ type metrics struct {
 	buildErrors     prometheus.Counter
 	snapshotChanges *prometheus.CounterVec
 	fading          *prometheus.GaugeVec
+	// clusterWait and clusterWaitTimeouts: pushes holding CLAs back until
+	// the Clusters they belong to are sent (order.go).
+	clusterWait         prometheus.Histogram
+	clusterWaitTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,10 +83,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_fading_endpoints",
 			Help: "Endpoints currently fading in, by cluster.",
 		}, []string{"cluster"}),
+		clusterWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringxds_xds_cluster_wait_seconds",
+			Help:    "Time a push held its ClusterLoadAssignments back until every client holding a changed cluster was sent the new Cluster (so no CLA overtakes its Cluster). Observed only for pushes that had clients to wait for.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		clusterWaitTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringxds_xds_cluster_wait_timeouts_total",
+			Help: "Clients not sent their changed Clusters within the push's wait limit (1 s); their ClusterLoadAssignments went out first.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.compatibility, m.resources,
-			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading)
+			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading,
+			m.clusterWait, m.clusterWaitTimeouts)
 	}
 	return m
 }

@@ -49,7 +49,7 @@ const (
 )
 
 // maxNonces bounds the responses remembered per stream: a client answers
-// each, so more are outstanding only from a client that never answers.
+// each, so more are outstanding only from a client that does not.
 const maxNonces = 64
 
 // nackLogEvery is how often one stream's NACKs of one type are logged; the
@@ -83,7 +83,14 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 	if ts == nil {
 		ts, first = c.typeStatus(req.typeURL), true
 	}
-	if !req.delta && req.nonce != "" && req.nonce != ts.SentNonce {
+	if !req.delta && ts.SentNonce != "" && req.nonce != ts.SentNonce {
+		// go-control-plane ignores a SotW request not answering the last
+		// response, subscription and all. Only a rejection is worth
+		// counting: the client refused config, even if it is superseded.
+		if req.nack {
+			r.recordNACK(c, ts, req, c.sentByNonce[req.nonce])
+			delete(c.sentByNonce, req.nonce)
+		}
 		return false, fixNone, ""
 	}
 	if req.typeURL == resource.ClusterType {
@@ -144,7 +151,18 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 		ts.Wildcard = explicit || ts.legacyWildcard
 		return
 	}
-	ts.Subscribed = max(0, ts.Subscribed+len(req.names)-len(req.removed))
+	if ts.deltaNames == nil {
+		ts.deltaNames = make(map[string]struct{}, len(req.names))
+	}
+	for _, name := range req.names {
+		if name != "*" {
+			ts.deltaNames[name] = struct{}{}
+		}
+	}
+	for _, name := range req.removed {
+		delete(ts.deltaNames, name)
+	}
+	ts.Subscribed = len(ts.deltaNames)
 	switch {
 	case first:
 		ts.Wildcard = explicit || legacy && len(req.names) == 0
@@ -180,17 +198,23 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.typeStatus(typeURL)
-	if c.status.Protocol == ProtocolSotW {
-		// A SotW response supersedes the previous one of its type, whose
-		// answers go-control-plane ignores from now on.
-		delete(c.sentByNonce, ts.SentNonce)
-	}
+	// A superseded SotW response stays remembered: go-control-plane
+	// ignores its answer, but a rejection of it is still counted with the
+	// version it rejected.
 	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
 	if c.sentByNonce == nil {
 		c.sentByNonce = make(map[string]string, 4)
 	}
 	if len(c.sentByNonce) >= maxNonces {
-		clear(c.sentByNonce)
+		// Forget all but each type's latest response, which the client
+		// has yet to answer.
+		latest := make(map[string]string, len(c.status.Types))
+		for _, other := range c.status.Types {
+			if v, ok := c.sentByNonce[other.SentNonce]; ok {
+				latest[other.SentNonce] = v
+			}
+		}
+		c.sentByNonce = latest
 	}
 	c.sentByNonce[nonce] = version
 	kind, short := string(c.status.Kind), shortType(typeURL)

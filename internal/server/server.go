@@ -19,6 +19,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/config"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -80,11 +81,11 @@ type Server struct {
 // (docs/xds.md, "Wire order"):
 //   - CDS before EDS, so that a cluster whose CDS changed is followed by
 //     its ClusterLoadAssignment. Envoy keeps an updated cluster warming
-//     until a CLA arrives after it, and re-requests one it already holds
-//     with the same version and nonce (SotW) or not at all (delta): only a
-//     response the server sends on its own completes the warming (see
-//     touchedEndpoints). A new cluster's CLA follows it at once, before any
-//     client can ask.
+//     until a CLA arrives after it, and does not ask again for one it
+//     already holds: only a response the server sends on its own completes
+//     the warming. Every CLA carries its Cluster's version in its locality
+//     metadata, so a Cluster change always changes the CLA too, and push
+//     holds the CLAs back until the Clusters are sent (order.go).
 //   - CDS and EDS before RDS and LDS, so a client following a new route or
 //     listener finds the cluster published.
 var resourceTypes = []string{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType}
@@ -157,8 +158,12 @@ func New(ctx context.Context, opts Options) *Server {
 	mux.ClassifyDelta = func(r *cache.DeltaRequest) string { return classify(r.GetNode(), r.GetTypeUrl()) }
 	// EDS and RDS are never legitimately wildcard; an empty request for them
 	// (a gRPC client unsubscribing its last name) must not become one.
+	// Ordered ADS sends each SotW stream's responses in the order the
+	// caches produced them (delta streams always do), which the wire order
+	// above relies on; the default picks among ready types at random.
 	s.xds = serverv3.NewServer(ctx, mux, callbacks{s.registry},
 		config.DeactivateLegacyWildcardForTypes([]string{resource.EndpointType, resource.RouteType}),
+		sotw.WithOrderedADS(),
 	)
 	return s
 }
@@ -334,11 +339,17 @@ func envoyClusterChanges(changes []change) map[string]bool {
 }
 
 // push writes the changes to the caches, which notify the watches: upserts
-// in resourceTypes order, then removals in deleteTypes order.
+// in resourceTypes order, then removals in deleteTypes order. CLAs wait for
+// the Clusters they belong to to be sent (order.go).
 func (s *Server) push(changes []change) error {
+	clusterSends := s.registry.clusterSends(clusterChanges(changes))
 	for _, ch := range changes {
 		if len(ch.upserts) == 0 {
 			continue
+		}
+		if ch.typeURL == resource.EndpointType && clusterSends != nil {
+			s.registry.awaitClusterSends(s.ctx, clusterSends, clusterWaitLimit)
+			clusterSends = nil
 		}
 		if err := s.caches[ch.group].UpdateResources(ch.upserts, nil); err != nil {
 			return fmt.Errorf("update %s: %w", ch.group, err)

@@ -267,13 +267,7 @@ func (r *registry) reassessHolding(clusters map[string]bool) {
 	if len(clusters) == 0 {
 		return
 	}
-	r.mu.RLock()
-	all := make([]*client, 0, len(r.streams))
-	for _, c := range r.streams {
-		all = append(all, c)
-	}
-	r.mu.RUnlock()
-	for _, c := range all {
+	for _, c := range r.all() {
 		c.mu.Lock()
 		if c.identified && !c.status.Implementation.IsReference() && c.holdsAny(clusters) {
 			c.assessed = nil

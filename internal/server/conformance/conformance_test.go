@@ -370,6 +370,15 @@ func TestClientStatusIsHonest(t *testing.T) {
 	if n := countACKs(t, cp, "grpc", "cds"); n != 1 {
 		t.Errorf("ringxds_xds_acks_total{kind=grpc,type=cds} = %d, want 1", n)
 	}
+	// go-control-plane ignores a request answering no response once one
+	// was sent, subscription and all; a rejection of a superseded response
+	// is still a rejection.
+	p.request(resource.ClusterType, []string{"products"}, "", "", "")
+	p.request(resource.ClusterType, []string{"products", "other"}, first.version, first.nonce, "stale rejection")
+	testcp.WaitFor(t, 5*time.Second, "the stale NACK", func() bool { return status("honest")["cds"].Nacks == 2 })
+	if cds := status("honest")["cds"]; cds.Subscribed != 2 || cds.LastNack.Nonce != first.nonce {
+		t.Errorf("after ignored requests: subscribed %d, last NACK of nonce %q; want 2 and the superseded %q", cds.Subscribed, cds.LastNack.Nonce, first.nonce)
+	}
 
 	// SotW EDS with no names is no wildcard (legacy wildcard is off for EDS).
 	p.request(resource.EndpointType, nil, "", "", "")
@@ -385,6 +394,15 @@ func TestClientStatusIsHonest(t *testing.T) {
 	if cds := status("honest-delta")["cds"]; !cds.Wildcard {
 		t.Error("Envoy's first delta CDS request is not shown as a wildcard")
 	}
+	// Delta subscriptions change by difference: "*", a name subscribed
+	// twice and a removal of a name never subscribed leave one name.
+	d.deltaRequest(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"products", "*"}})
+	d.deltaRequest(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"products"},
+		ResourceNamesUnsubscribe: []string{"never", "*"}})
+	testcp.WaitFor(t, 5*time.Second, "the delta EDS subscription", func() bool {
+		eds := status("honest-delta")["eds"]
+		return eds != nil && !eds.Wildcard && eds.Subscribed == 1
+	})
 }
 
 // countACKs reads ringxds_xds_acks_total for a kind and type.

@@ -235,14 +235,15 @@ func TestUnsubscribedClusterLeavesTheVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := &core.Node{Id: "js-unsub", UserAgentName: "gRPC Node Pure JS", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.14.1"}}
-	sotwACK(t, st, js, resource.ClusterType, []string{"products"})
+	cds := sotwACK(t, st, js, resource.ClusterType, []string{"products"})
 	sotwACK(t, st, js, resource.EndpointType, []string{"products"})
 	testcp.WaitFor(t, 5*time.Second, "products judged", func() bool {
 		s, ok := clientStatus(cp, "js-unsub")
 		return ok && len(s.Verdicts) == 1
 	})
-	// grpc-js closing its only channel: CDS with no names.
-	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType}); err != nil {
+	// grpc-js closing its only channel: CDS with no names, answering the
+	// last response as every request does.
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.GetVersionInfo(), ResponseNonce: cds.GetNonce()}); err != nil {
 		t.Fatal(err)
 	}
 	testcp.WaitFor(t, 5*time.Second, "no verdicts left", func() bool {
