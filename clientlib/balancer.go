@@ -101,9 +101,53 @@ func (s *ringState) pick(h uint64) int {
 	}
 }
 
-// Balancer picks endpoints of one cluster. It is safe for concurrent use;
-// picks never block and never allocate.
+// Balancer is one holder's handle on the balancer of a cluster, as
+// Client.Balancer returns it: every handle of a cluster picks from the
+// same ring with the same load state. It is safe for concurrent use; picks
+// never block and never allocate.
+//
+// Close the handle when done with it; the client unsubscribes from the
+// cluster when the last handle is closed. A closed handle's Pick and Do
+// return ErrClosed; the other handles are unaffected.
 type Balancer struct {
+	*balancer
+	released atomic.Bool
+}
+
+// Pick returns the endpoint for key: the owner of HashKey(key) on the ring
+// the cluster's data planes share, or, with bounded load on and the owner
+// over its bound, the first endpoint under it in ring order (at most
+// MaxWalk endpoints, else the least loaded of them). An ejected endpoint
+// (too many failed calls through Do) is passed over, bounded load on or
+// off, until its ejection ends.
+//
+// The hash is Envoy's single-header hash (XXH64), so Pick(v) agrees with an
+// Envoy or grpc-go routing a request whose hash header is v.
+func (h *Balancer) Pick(key string) (Endpoint, error) {
+	if h.released.Load() {
+		return Endpoint{}, h.closedError()
+	}
+	return h.balancer.Pick(key)
+}
+
+// Close releases this handle; closing it again is a no-op. When every
+// handle of the cluster is closed, the client unsubscribes from it and
+// stops its background work.
+func (h *Balancer) Close() error {
+	if h.released.CompareAndSwap(false, true) {
+		if c := h.life.client(); c != nil {
+			c.release(h.balancer)
+		}
+	}
+	return nil
+}
+
+func (b *balancer) closedError() error {
+	return fmt.Errorf("%w: balancer of %s", ErrClosed, b.cluster)
+}
+
+// balancer picks endpoints of one cluster for all its handles.
+type balancer struct {
 	cluster string
 	opts    balancerOptions
 	log     *zap.Logger
@@ -118,8 +162,11 @@ type Balancer struct {
 	// Counters, exported by the collector.
 	calls, failures, retries, sheds, freezes, ejections, retriesDenied atomic.Uint64
 	hops                                                               [MaxWalk]atomic.Uint64
-	// ejected counts the endpoints ejected now; picks leave the bare ring
-	// while it is not 0. retrying counts retries in flight, for the budget.
+	// ejected counts the endpoints of the current ring ejected now; picks
+	// leave the bare ring while it is not 0. It is recounted under mu
+	// whenever the ring or an ejection changes, never adjusted, so it
+	// cannot drift from the endpoints' flags. retrying counts retries in
+	// flight, for the budget.
 	ejected  atomic.Int32
 	retrying atomic.Int64
 	// liveShare (float64 bits) is the ring share of the endpoints not
@@ -130,15 +177,17 @@ type Balancer struct {
 	wake chan struct{} // nudges a parked ticker
 	idle atomic.Bool
 
-	mu     sync.Mutex // guards byAddr and metas
+	// mu guards byAddr and metas, and orders ring updates with ejections:
+	// state is stored and ejected recounted under it.
+	mu     sync.Mutex
 	byAddr map[string]*endpointStats
 	metas  map[endpointMeta]*endpointMeta
 
 	life lifetime
 }
 
-func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *Balancer {
-	b := &Balancer{
+func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *balancer {
+	b := &balancer{
 		cluster: cluster,
 		opts:    opts,
 		log:     log,
@@ -153,11 +202,11 @@ func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *Balance
 }
 
 // Cluster is the cluster name the balancer serves.
-func (b *Balancer) Cluster() string { return b.cluster }
+func (b *balancer) Cluster() string { return b.cluster }
 
 // Policy is the ring dialect the management server publishes for the
 // cluster: "ring_hash", "maglev" or "skipper".
-func (b *Balancer) Policy() string {
+func (b *balancer) Policy() string {
 	if s := b.state.Load(); s != nil {
 		return s.policy
 	}
@@ -165,23 +214,15 @@ func (b *Balancer) Policy() string {
 }
 
 // Endpoints returns the cluster's current endpoints in EDS order.
-func (b *Balancer) Endpoints() []Endpoint {
+func (b *balancer) Endpoints() []Endpoint {
 	if s := b.state.Load(); s != nil {
 		return append([]Endpoint(nil), s.eps...)
 	}
 	return nil
 }
 
-// Pick returns the endpoint for key: the owner of HashKey(key) on the ring
-// the cluster's data planes share, or, with bounded load on and the owner
-// over its bound, the first endpoint under it in ring order (at most
-// MaxWalk endpoints, else the least loaded of them). An ejected endpoint
-// (too many failed calls through Do) is passed over, bounded load on or
-// off, until its ejection ends.
-//
-// The hash is Envoy's single-header hash (XXH64), so Pick(v) agrees with an
-// Envoy or grpc-go routing a request whose hash header is v.
-func (b *Balancer) Pick(key string) (Endpoint, error) {
+// Pick is Balancer.Pick for any handle.
+func (b *balancer) Pick(key string) (Endpoint, error) {
 	s := b.state.Load()
 	if s == nil || len(s.eps) == 0 {
 		return Endpoint{}, b.unavailable(s)
@@ -209,10 +250,10 @@ func (b *Balancer) Pick(key string) (Endpoint, error) {
 // It is kept out of line so Pick's frame stays small.
 //
 //go:noinline
-func (b *Balancer) unavailable(s *ringState) error {
+func (b *balancer) unavailable(s *ringState) error {
 	switch {
 	case b.life.isClosed():
-		return fmt.Errorf("%w: balancer of %s", ErrClosed, b.cluster)
+		return b.closedError()
 	case s != nil:
 		return fmt.Errorf("%w: %s", ErrNoEndpoints, b.cluster)
 	}
@@ -222,7 +263,7 @@ func (b *Balancer) unavailable(s *ringState) error {
 // choose returns the endpoint for h and how many endpoints the walk passed
 // over. exclude (an index, or -1) is never chosen unless it is the only
 // endpoint with ring entries.
-func (b *Balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
+func (b *balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
 	if s.fade != nil {
 		return b.chooseFading(s, h, exclude)
 	}
@@ -246,7 +287,7 @@ func (b *Balancer) choose(s *ringState, h uint64, exclude int) (int, int) {
 
 // chooseFading is choose through the N-ring: the walk follows the ring the
 // key uses now, mapping its endpoints to members.
-func (b *Balancer) chooseFading(s *ringState, h uint64, exclude int) (int, int) {
+func (b *balancer) chooseFading(s *ringState, h uint64, exclude int) (int, int) {
 	now := time.Now()
 	owner := s.fade.Pick(h, now)
 	w := b.newWalker(s, exclude)
@@ -268,7 +309,7 @@ func (b *Balancer) chooseFading(s *ringState, h uint64, exclude int) (int, int) 
 
 // ownerUnder is walker.under for the key's owner, without a walker: the
 // path most picks take.
-func (b *Balancer) ownerUnder(st *endpointStats) bool {
+func (b *balancer) ownerUnder(st *endpointStats) bool {
 	if st.ejected.Load() {
 		return false
 	}
@@ -280,7 +321,7 @@ func (b *Balancer) ownerUnder(st *endpointStats) bool {
 
 // boundScale is f x (L + 1), over the live endpoints' share of the ring:
 // an endpoint's bound is boundScale times its share, at least 1.
-func (b *Balancer) boundScale() float64 {
+func (b *balancer) boundScale() float64 {
 	l := max(float64(b.load.inflight.Load()), math.Float64frombits(b.load.sum.Load()))
 	scale := b.opts.factor * (l + 1)
 	if live := math.Float64frombits(b.liveShare.Load()); live > 0 && live < 1 {
@@ -289,7 +330,7 @@ func (b *Balancer) boundScale() float64 {
 	return scale
 }
 
-func (b *Balancer) newWalker(s *ringState, exclude int) walker {
+func (b *balancer) newWalker(s *ringState, exclude int) walker {
 	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, best: -1, fallback: -1, found: -1, bestLoad: math.Inf(1)}
 	if w.bounded {
 		w.scale = b.boundScale()
@@ -382,7 +423,7 @@ func (w *walker) result(owner int) (int, int) {
 // load counters across updates by address, and its record's pointer while
 // the record is unchanged (so Endpoint values stay ==). ring is nil, and
 // eps empty, for a cluster without endpoints.
-func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, fade *fadein.NRing) {
+func (b *balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, fade *fadein.NRing) {
 	s := &ringState{policy: policy, eps: eps, ring: ring, fade: fade, stats: make([]*endpointStats, len(eps))}
 	s.pure = !b.opts.bounded && fade == nil
 	switch r := ring.(type) {
@@ -424,17 +465,35 @@ func (b *Balancer) setState(policy string, eps []Endpoint, ring ringhash.Ring, f
 		}
 	}
 	b.byAddr, b.metas = next, metas
-	b.ejected.Store(ejected)
-	b.mu.Unlock()
 	b.setShares(s, time.Now())
 	b.state.Store(s)
+	b.ejected.Store(ejected)
+	b.mu.Unlock()
 	b.readyOnce.Do(func() { close(b.ready) })
+}
+
+// recountEjected recounts the ejected endpoints of the current ring and
+// their live share, with mu held.
+func (b *balancer) recountEjected() {
+	s := b.state.Load()
+	if s == nil {
+		b.ejected.Store(0)
+		return
+	}
+	var n int32
+	for _, st := range s.stats {
+		if st.ejected.Load() {
+			n++
+		}
+	}
+	b.ejected.Store(n)
+	b.updateLiveShare(s)
 }
 
 // setShares stores each endpoint's share of the request hashes, which its
 // load bound scales with. Fading shares change over time; the ticker
 // refreshes them.
-func (b *Balancer) setShares(s *ringState, now time.Time) {
+func (b *balancer) setShares(s *ringState, now time.Time) {
 	var shares []float64
 	switch {
 	case s.fade != nil:
@@ -451,7 +510,7 @@ func (b *Balancer) setShares(s *ringState, now time.Time) {
 }
 
 // updateLiveShare recomputes the ring share of the endpoints not ejected.
-func (b *Balancer) updateLiveShare(s *ringState) {
+func (b *balancer) updateLiveShare(s *ringState) {
 	live := 0.0
 	for _, st := range s.stats {
 		if !st.ejected.Load() {
@@ -463,12 +522,12 @@ func (b *Balancer) updateLiveShare(s *ringState) {
 
 // wait blocks until the balancer has a ring, ctx ends or the balancer is
 // closed.
-func (b *Balancer) wait(ctx context.Context) error {
+func (b *balancer) wait(ctx context.Context) error {
 	select {
 	case <-b.ready:
 		return nil
 	case <-b.life.done:
-		return fmt.Errorf("%w: balancer of %s", ErrClosed, b.cluster)
+		return b.closedError()
 	case <-ctx.Done():
 		return b.notReady(ctx.Err())
 	}
@@ -477,8 +536,8 @@ func (b *Balancer) wait(ctx context.Context) error {
 // Stats is a point-in-time account of a balancer, for logs, debug pages
 // and tests; the Prometheus collector exports the same numbers.
 type Stats struct {
-	// Calls counts attempts made through Do (a retried call counts twice)
-	// and Failures those that returned an error.
+	// Calls counts attempts made through Do and Transport (a retried call
+	// counts twice) and Failures those the endpoint failed (Do).
 	Calls, Failures uint64
 	// Retries counts second attempts on a different endpoint, and
 	// RetriesDenied the retries the budget refused.
@@ -504,7 +563,7 @@ type Stats struct {
 }
 
 // Stats returns the balancer's counters.
-func (b *Balancer) Stats() Stats {
+func (b *balancer) Stats() Stats {
 	st := Stats{
 		Calls:         b.calls.Load(),
 		Failures:      b.failures.Load(),

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -56,7 +57,7 @@ type Client struct {
 	metricsUnregister  func()
 	ctx                context.Context // ends at Close; balancer tickers run under it
 	mu                 sync.Mutex
-	balancers          map[string]*Balancer
+	balancers          map[string]*balancer
 	clusters           map[string]*clusterv3.Cluster                // accepted, by name
 	endpoints          map[string]*endpointv3.ClusterLoadAssignment // accepted, by EDS service name
 	subscribedClusters []string
@@ -120,7 +121,7 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		cancel:    cancel,
 		done:      make(chan struct{}),
 		ctx:       runCtx,
-		balancers: make(map[string]*Balancer),
+		balancers: make(map[string]*balancer),
 		clusters:  make(map[string]*clusterv3.Cluster),
 		endpoints: make(map[string]*endpointv3.ClusterLoadAssignment),
 	}
@@ -225,12 +226,12 @@ func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerO
 		c.release(b)
 		return nil, err
 	}
-	return b, nil
+	return &Balancer{balancer: b}, nil
 }
 
 // release drops one reference to b; the last one unsubscribes its cluster
 // and shuts it down.
-func (c *Client) release(b *Balancer) {
+func (c *Client) release(b *balancer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.balancers[b.cluster] != b || b.life.refs == 0 {
@@ -251,9 +252,9 @@ func (c *Client) release(b *Balancer) {
 }
 
 // serverError says why no response has arrived yet, nil once the server
-// has been reached.
+// has been reached: it answered, or the connection to it is up.
 func (c *Client) serverError() error {
-	if c.connected.Load() {
+	if c.connected.Load() || c.conn.GetState() == connectivity.Ready {
 		return nil
 	}
 	if p := c.lastStreamErr.Load(); p != nil {
@@ -364,7 +365,7 @@ func (c *Client) onClusters(resources []*anypb.Any) error {
 // applyClusterLocked validates one Cluster against the endpoints it has
 // (or a stand-in) and publishes its ring when both halves of a step are
 // here. It returns the rejection, or "".
-func (c *Client) applyClusterLocked(b *Balancer, cds *clusterv3.Cluster) string {
+func (c *Client) applyClusterLocked(b *balancer, cds *clusterv3.Cluster) string {
 	eds := edsName(cds)
 	cla := c.endpoints[eds]
 	probe := cla
@@ -380,25 +381,43 @@ func (c *Client) applyClusterLocked(b *Balancer, cds *clusterv3.Cluster) string 
 		return msg
 	}
 	c.clusters[cds.GetName()] = cds
+	b.life.setSeen()
 	if b.life.setStale(time.Time{}) {
 		c.log.Info("cluster published again", zap.String("cluster", b.cluster))
 	}
 	if b.state.Load() == nil && cla == nil {
 		b.life.setCause(nil) // known now; its endpoints are on their way
 	}
-	// A fade step changes CDS and EDS together, but they arrive as
-	// separate responses: keep the current ring until both halves of the
-	// step are here, or keys would move between old endpoints.
-	if cla != nil && snapshot.PairConsistent(cds, cla) {
-		if err := c.publishLocked(b, cds, cla, d); err != nil {
-			return err.Error()
-		}
+	if cla == nil {
+		return ""
+	}
+	if err := c.installLocked(b, cds, cla, d, err); err != nil {
+		return err.Error()
 	}
 	return ""
 }
 
+// installLocked puts what cds and cla decoded to (d, or decodeErr) in use:
+// no ring for an assignment without usable endpoints, else the ring once
+// both halves of a fade step are here. A fade step changes CDS and EDS
+// together, but they arrive as separate responses: the current ring stays
+// until the other half arrives, or keys would move between old endpoints.
+func (c *Client) installLocked(b *balancer, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded, decodeErr error) error {
+	switch {
+	case errors.Is(decodeErr, snapshot.ErrNoEndpoints):
+		b.setState(policyOf(cds), nil, nil, nil)
+		b.life.setCause(nil)
+		return nil
+	case decodeErr != nil:
+		return decodeErr
+	case !snapshot.PairConsistent(cds, cla):
+		return nil
+	}
+	return c.publishLocked(b, cds, cla, d)
+}
+
 // missingLocked handles a subscribed cluster absent from a CDS response.
-func (c *Client) missingLocked(b *Balancer) {
+func (c *Client) missingLocked(b *balancer) {
 	if b.state.Load() == nil {
 		b.life.setCause(fmt.Errorf("%w: %q", ErrUnknownCluster, b.cluster))
 		return
@@ -448,15 +467,7 @@ func (c *Client) onEndpoints(resources []*anypb.Any) error {
 			}
 			b := c.balancers[name]
 			d, err := snapshot.Decode(cds, cla, snapshot.KindClientlib)
-			switch {
-			case errors.Is(err, snapshot.ErrNoEndpoints):
-				b.setState(policyOf(cds), nil, nil, nil)
-				b.life.setCause(nil)
-				err = nil
-			case err == nil && snapshot.PairConsistent(cds, cla):
-				err = c.publishLocked(b, cds, cla, d)
-			}
-			if err != nil {
+			if err = c.installLocked(b, cds, cla, d, err); err != nil {
 				msg := fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err)
 				rejected = append(rejected, msg)
 				if b.state.Load() == nil {
@@ -484,7 +495,7 @@ func (c *Client) rejected(rejected []string) error {
 }
 
 // publishLocked installs the ring decoded from cds and cla into b.
-func (c *Client) publishLocked(b *Balancer, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded) error {
+func (c *Client) publishLocked(b *balancer, cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d *snapshot.Decoded) error {
 	eps := make([]Endpoint, len(d.Endpoints))
 	for i, de := range d.Endpoints {
 		eps[i] = Endpoint{Addr: de.Addr, meta: &endpointMeta{scheme: de.Scheme, zone: de.Zone, weight: de.Weight}}

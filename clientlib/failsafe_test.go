@@ -233,7 +233,11 @@ func TestFadeKeepsKeysOnTheirOwners(t *testing.T) {
 		}
 	}
 	t.Logf("mid-fade, %d of %d first attempts on the key's owner", kept, n)
-	if kept < n*95/100 {
+	// Eight calls in flight over three established owners put one over
+	// its bound now and then, which bounded load is for; under the race
+	// detector that is up to 6% of calls. Bounding the heavy owners by
+	// the fading endpoints' share instead kept about a third.
+	if kept < n*90/100 {
 		t.Fatalf("only %d of %d calls went to the key's owner mid-fade", kept, n)
 	}
 }

@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ type lifetime struct {
 	mu     sync.Mutex
 	owner  *Client
 	cause  error     // why the cluster has no ring yet, when known
+	seen   bool      // the cluster's CDS resource has been accepted
 	stale  time.Time // when the server stopped publishing the cluster
 	server func() error
 }
@@ -31,6 +33,13 @@ func (l *lifetime) isClosed() bool { return l.closed.Load() }
 func (l *lifetime) setCause(err error) {
 	l.mu.Lock()
 	l.cause = err
+	l.mu.Unlock()
+}
+
+// setSeen records that the cluster's CDS resource was accepted.
+func (l *lifetime) setSeen() {
+	l.mu.Lock()
+	l.seen = true
 	l.mu.Unlock()
 }
 
@@ -55,12 +64,23 @@ func (l *lifetime) staleSince() time.Time {
 // notReady is the error of a balancer without a ring: ErrNotReady wrapping
 // why, when the client knows (the server does not publish the cluster, it
 // was rejected, the server is unreachable), and ctxErr, if the wait ended.
-func (b *Balancer) notReady(ctxErr error) error {
+func (b *balancer) notReady(ctxErr error) error {
 	b.life.mu.Lock()
-	cause, server := b.life.cause, b.life.server
+	cause, server, seen := b.life.cause, b.life.server, b.life.seen
 	b.life.mu.Unlock()
 	if cause == nil && server != nil {
 		cause = server()
+	}
+	if cause == nil && ctxErr != nil {
+		// The server is reached and has said nothing against the cluster.
+		// A server answers a subscription with what it has, so silence
+		// about a name, here or in a response, means it has no such
+		// cluster (or, once the cluster came, no endpoints for it).
+		if seen {
+			cause = errors.New("the management server sent the cluster but not its endpoints")
+		} else {
+			cause = fmt.Errorf("%w: it sent nothing for it since it was asked for", ErrUnknownCluster)
+		}
 	}
 	switch {
 	case cause != nil && ctxErr != nil:
@@ -73,20 +93,9 @@ func (b *Balancer) notReady(ctxErr error) error {
 	return fmt.Errorf("%w: %s", ErrNotReady, b.cluster)
 }
 
-// Close releases this reference to the balancer. When every Balancer call
-// that returned it has been closed, the client unsubscribes from the
-// cluster and stops its background work; Pick and Do then return ErrClosed.
-// Closing more often than the balancer was returned is a no-op.
-func (b *Balancer) Close() error {
-	if c := b.life.client(); c != nil {
-		c.release(b)
-	}
-	return nil
-}
-
 // shutdown ends the balancer for good: its ticker stops, waiters in
 // Client.Balancer return ErrClosed, and picks find no ring.
-func (b *Balancer) shutdown() {
+func (b *balancer) shutdown() {
 	if !b.life.closed.CompareAndSwap(false, true) {
 		return
 	}

@@ -30,14 +30,15 @@ const (
 type outcome uint8
 
 const (
-	// answered: fn returned nil.
+	// answered: the endpoint answered: fn returned nil or a caller's
+	// error (outcomeOf).
 	answered outcome = iota
-	// failed: fn returned an error while its context was live. The
-	// endpoint answered, badly: it counts towards ejection and never as a
-	// latency sample, so a fast failure cannot make an endpoint look fast.
+	// failed: the endpoint failed or did not answer within the caller's
+	// deadline. It counts towards ejection and never as a latency sample,
+	// so a fast failure cannot make an endpoint look fast.
 	failed
-	// abandoned: the caller's context ended, or fn panicked. It says
-	// nothing about the endpoint.
+	// abandoned: the caller canceled, or fn panicked. It says nothing
+	// about the endpoint.
 	abandoned
 )
 
@@ -97,6 +98,10 @@ func (s *endpointStats) start(now int64) {
 		s.lastProgress.Store(now)
 	}
 }
+
+// progress records that a call in flight made progress at now (unix
+// nanos): a response body arriving piece by piece is no stall.
+func (s *endpointStats) progress(now int64) { s.lastProgress.Store(now) }
 
 // done records a call that ran from start to now (unix nanos). Its work is
 // spread over the buckets it ran in, back from b, the current one, which

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,12 +172,47 @@ func TestEjectionTakesEndpointOutAndBack(t *testing.T) {
 				t.Fatalf("bounded=%v: an ejected endpoint was picked", bounded)
 			}
 		}
-		b.endEjections(s, time.Now().Add(100*time.Millisecond))
+		b.endEjections(time.Now().Add(100 * time.Millisecond))
 		if s.stats[victim].ejected.Load() || b.ejected.Load() != 0 {
 			t.Fatalf("bounded=%v: still ejected after its time", bounded)
 		}
 		if ep, _ := b.Pick("k"); ep.Addr != s.eps[victim].Addr {
 			t.Fatalf("bounded=%v: the key did not go back to its owner", bounded)
 		}
+	}
+}
+
+// Ejections, their ends and ring updates racing each other leave the
+// count of ejected endpoints, which picks and the ejection cap read, equal
+// to the endpoints' flags.
+func TestEjectedCountMatchesFlagsUnderRingUpdates(t *testing.T) {
+	b, ring := benchBalancer(t, ringhash.PolicySkipper, 8, WithEjection(1, time.Millisecond, time.Millisecond, 1))
+	eps := b.state.Load().eps
+	var wg sync.WaitGroup
+	run := func(f func(i int)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				f(i)
+			}
+		}()
+	}
+	run(func(int) { b.setState(ringhash.PolicySkipper, slices.Clone(eps), ring, nil) })
+	run(func(i int) {
+		s := b.state.Load()
+		k := i % len(s.eps)
+		b.eject(s.stats[k], s.eps[k].Addr, time.Now().UnixNano())
+	})
+	run(func(int) { b.endEjections(time.Now().Add(time.Second)) })
+	wg.Wait()
+	flags := 0
+	for _, st := range b.state.Load().stats {
+		if st.ejected.Load() {
+			flags++
+		}
+	}
+	if got := int(b.ejected.Load()); got != flags {
+		t.Fatalf("ejected count %d, but %d endpoints are flagged ejected", got, flags)
 	}
 }

@@ -69,7 +69,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	c.mu.Lock()
-	bals := make([]*Balancer, 0, len(c.balancers))
+	bals := make([]*balancer, 0, len(c.balancers))
 	for _, b := range c.balancers {
 		bals = append(bals, b)
 	}

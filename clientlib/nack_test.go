@@ -210,3 +210,97 @@ func TestEmptyAssignmentIsAccepted(t *testing.T) {
 		t.Fatalf("a rejected cluster: %v, want ErrRejected with the reason", err)
 	}
 }
+
+// A cluster whose assignment has no usable endpoint (none at all, or all
+// unhealthy) stays without a ring through every later CDS response: a new
+// version of its Cluster, or the response that brings another cluster.
+func TestNoEndpointsSurvivesClusterUpdates(t *testing.T) {
+	rs := startRawServer(t)
+	addrs := []string{"127.0.0.1:9001", "127.0.0.1:9002"}
+	if err := rs.cds.UpdateResource("products", ringHashCluster("products", clusterv3.Cluster_RING_HASH)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.cds.UpdateResource("orders", ringHashCluster("orders", clusterv3.Cluster_RING_HASH)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.eds.UpdateResource("orders", assignment("orders", []string{"127.0.0.1:9101"}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	unhealthy := assignment("products", addrs, 1)
+	for _, e := range unhealthy.Endpoints[0].LbEndpoints {
+		e.HealthStatus = corev3.HealthStatus_UNHEALTHY
+	}
+	if err := rs.eds.UpdateResource("products", unhealthy); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, rs.addr)
+	b := balancer(t, c, "products")
+	if _, err := b.Pick("k"); !errors.Is(err, clientlib.ErrNoEndpoints) {
+		t.Fatalf("all endpoints unhealthy: Pick = %v, want ErrNoEndpoints", err)
+	}
+	// Asking for another cluster makes the server send CDS again.
+	orders := balancer(t, c, "orders")
+	if _, err := orders.Pick("k"); err != nil {
+		t.Fatal(err)
+	}
+	// A new version of the empty cluster's Cluster.
+	changed := ringHashCluster("products", clusterv3.Cluster_RING_HASH)
+	changed.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{
+		MinimumRingSize: wrapperspb.UInt64(2048), MaximumRingSize: wrapperspb.UInt64(2048)}}
+	acked := func() string { rs.mu.Lock(); defer rs.mu.Unlock(); return rs.acks[resourcev3.ClusterType] }
+	before := acked()
+	if err := rs.cds.UpdateResource("products", changed); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the new Cluster acknowledged", func() bool { return acked() != before })
+	if _, err := b.Pick("k"); !errors.Is(err, clientlib.ErrNoEndpoints) {
+		t.Fatalf("after a Cluster update: Pick = %v, want ErrNoEndpoints", err)
+	}
+	if n := len(rs.nacked()); n != 0 {
+		t.Fatalf("%d NACKs, want none", n)
+	}
+	if err := rs.eds.UpdateResource("products", assignment("products", addrs, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "endpoints again", func() bool { _, err := b.Pick("k"); return err == nil })
+}
+
+// A cluster the server does not have is named in the error, whether it is
+// the first one asked for or added to a subscription the server already
+// answered (a server sends nothing for a name it lacks), and through a
+// server that answers nothing at all.
+func TestUnknownClusterIsNamedAsSuch(t *testing.T) {
+	rs := startRawServer(t)
+	if err := rs.cds.UpdateResource("products", ringHashCluster("products", clusterv3.Cluster_RING_HASH)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.eds.UpdateResource("products", assignment("products", []string{"127.0.0.1:9001"}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, rs.addr)
+	balancer(t, c, "products")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Balancer(ctx, "prodcuts")
+	if !errors.Is(err, clientlib.ErrUnknownCluster) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a misspelled cluster after a good one: %v, want ErrUnknownCluster and the deadline", err)
+	}
+
+	// go-control-plane's SnapshotCache in ADS mode answers no CDS request
+	// naming clusters: the stream is up, the server silent.
+	sc := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	g := grpc.NewServer()
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(sctx, sc, nil))
+	l := listenOn(t, "127.0.0.1:0")
+	go func() { _ = g.Serve(l) }()
+	defer g.Stop()
+	silent := dial(t, l.Addr().String())
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	_, err = silent.Balancer(ctx2, "products")
+	if errors.Is(err, clientlib.ErrNoServer) || !errors.Is(err, clientlib.ErrUnknownCluster) {
+		t.Fatalf("a server that is reached and silent: %v, want ErrUnknownCluster, not ErrNoServer", err)
+	}
+}

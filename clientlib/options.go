@@ -183,7 +183,7 @@ func WithRetry(jitter time.Duration, retryIf func(error) bool) BalancerOption {
 // failed call is retried on another endpoint whatever its error (while the
 // context is live). Without it, Do retries only calls that never reached
 // their endpoint (ConnectFailed). Transport decides per request instead,
-// by method and body, as net/http does.
+// by method and body (see Transport).
 func WithIdempotent() BalancerOption { return func(o *balancerOptions) { o.idempotent = true } }
 
 // WithRetryBudget bounds the retries in flight to ratio x the calls in
@@ -194,8 +194,7 @@ func WithRetryBudget(ratio float64, min int) BalancerOption {
 }
 
 // WithEjection sets the ejection rule: after consecutive failed calls
-// (calls through Do whose fn returned an error while the context was
-// live), an endpoint leaves the picks for base times its recent ejections,
+// (Do explains which calls fail), an endpoint leaves the picks for base times its recent ejections,
 // at most maxTime, with at most maxShare of the endpoints out at once (and
 // at least one). after <= 0 turns ejection off. The defaults are 5, 10 s,
 // 5 min and 0.5.

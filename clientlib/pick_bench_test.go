@@ -51,7 +51,7 @@ func benchBalancer(tb testing.TB, policy string, n int, opts ...BalancerOption) 
 	b := newBalancer("bench", o, zap.NewNop())
 	r, eps := benchRing(tb, policy, n)
 	b.setState(policy, eps, r, nil)
-	return b, r
+	return &Balancer{balancer: b}, r
 }
 
 var benchKeys = func() []string {
@@ -113,7 +113,7 @@ func BenchmarkPick(b *testing.B) {
 func ejectOne(b *Balancer) {
 	s := b.state.Load()
 	s.stats[0].failures.Store(int32(b.opts.ejectAfter))
-	b.eject(s, 0, time.Now().UnixNano())
+	b.eject(s.stats[0], s.eps[0].Addr, time.Now().UnixNano())
 }
 
 // BenchmarkPickParallel runs Pick on every P; with -cpu 1,2 ns/op should

@@ -2,8 +2,12 @@ package clientlib
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
+
+// errAdmissionClosed ends a wait for a slot when the balancer closes.
+var errAdmissionClosed = errors.New("balancer closed while waiting for a slot")
 
 // admission caps a balancer's concurrent calls. Calls over the cap wait in
 // a FIFO queue; a finishing call hands its slot straight to the head of the
@@ -23,9 +27,9 @@ type waiter struct {
 }
 
 // acquire takes a slot, waiting in line if the cap is reached. It returns
-// false with the counts when the queue is full, and ctx.Err() if ctx ends
-// while waiting.
-func (a *admission) acquire(ctx context.Context) (ok bool, inflight, queued int, err error) {
+// false with the counts when the queue is full, ctx.Err() if ctx ends while
+// waiting, and errAdmissionClosed if closed is closed meanwhile.
+func (a *admission) acquire(ctx context.Context, closed <-chan struct{}) (ok bool, inflight, queued int, err error) {
 	if a.limit <= 0 {
 		return true, 0, 0, nil
 	}
@@ -48,22 +52,31 @@ func (a *admission) acquire(ctx context.Context) (ok bool, inflight, queued int,
 	case <-w.ready:
 		return true, 0, 0, nil
 	case <-ctx.Done():
-		a.mu.Lock()
-		if w.granted {
-			// The slot arrived as ctx ended: pass it on.
-			a.mu.Unlock()
-			a.release()
-		} else {
-			for i, q := range a.queue {
-				if q == w {
-					a.queue = append(a.queue[:i], a.queue[i+1:]...)
-					break
-				}
-			}
-			a.mu.Unlock()
-		}
-		return false, 0, 0, ctx.Err()
+		err = ctx.Err()
+	case <-closed:
+		err = errAdmissionClosed
 	}
+	a.leave(w)
+	return false, 0, 0, err
+}
+
+// leave takes a waiter whose wait ended out of the queue, or passes on the
+// slot it was handed as the wait ended.
+func (a *admission) leave(w *waiter) {
+	a.mu.Lock()
+	if w.granted {
+		// The slot arrived as the wait ended: pass it on.
+		a.mu.Unlock()
+		a.release()
+		return
+	}
+	for i, q := range a.queue {
+		if q == w {
+			a.queue = append(a.queue[:i], a.queue[i+1:]...)
+			break
+		}
+	}
+	a.mu.Unlock()
 }
 
 // release frees a slot, handing it to the oldest waiter if there is one.

@@ -9,7 +9,7 @@ import (
 
 // runTicker closes a bucket every 30 ms while the balancer has traffic, an
 // endpoint fading in or one ejected, and parks while it has none.
-func (b *Balancer) runTicker(ctx context.Context) {
+func (b *balancer) runTicker(ctx context.Context) {
 	t := time.NewTicker(bucketWidth)
 	defer t.Stop()
 	idleTicks := 0
@@ -27,7 +27,7 @@ func (b *Balancer) runTicker(ctx context.Context) {
 				b.freezes.Add(uint64(freezes))
 				b.log.Warn("endpoint frozen: requests outstanding, none completing", zap.String("cluster", b.cluster), zap.Int("endpoints", freezes))
 			}
-			b.endEjections(s, now)
+			b.endEjections(now)
 			if s.fade != nil {
 				b.setShares(s, now)
 			}
@@ -55,15 +55,17 @@ func (b *Balancer) runTicker(ctx context.Context) {
 // endEjections returns endpoints whose ejection time is over to the picks,
 // with a clean failure count, and lets an endpoint healthy for a base
 // ejection time forget one earlier ejection, so its next one is shorter
-// (Envoy's outlier detection does the same).
-func (b *Balancer) endEjections(s *ringState, now time.Time) {
+// (Envoy's outlier detection does the same). It works on the current ring,
+// under mu, so a ring update cannot interleave.
+func (b *balancer) endEjections(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.state.Load()
+	if s == nil {
+		return
+	}
 	nowNanos := now.UnixNano()
 	ended := false
-	defer func() {
-		if ended {
-			b.updateLiveShare(s)
-		}
-	}()
 	for i, st := range s.stats {
 		switch {
 		case st.ejected.Load():
@@ -73,14 +75,15 @@ func (b *Balancer) endEjections(s *ringState, now time.Time) {
 			st.failures.Store(0)
 			st.failing.Store(false)
 			st.unejectedAt = nowNanos
-			if st.ejected.CompareAndSwap(true, false) {
-				b.ejected.Add(-1)
-				ended = true
-				b.log.Info("ejected endpoint back in picks", zap.String("cluster", b.cluster), zap.String("endpoint", s.eps[i].Addr))
-			}
+			st.ejected.Store(false)
+			ended = true
+			b.log.Info("ejected endpoint back in picks", zap.String("cluster", b.cluster), zap.String("endpoint", s.eps[i].Addr))
 		case st.ejections.Load() > 0 && nowNanos-st.unejectedAt > int64(b.opts.ejectBase):
 			st.ejections.Add(-1)
 			st.unejectedAt = nowNanos
 		}
+	}
+	if ended {
+		b.recountEjected()
 	}
 }

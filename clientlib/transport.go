@@ -3,24 +3,38 @@ package clientlib
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // Transport is an http.RoundTripper that sends each request to the
-// endpoint its key maps to, through Balancer.Do: bounded load, freeze
-// avoidance, shedding and the retry on a different endpoint all apply.
+// endpoint its key maps to, through the balancer: bounded load, freeze
+// avoidance, ejection, shedding and the retry on a different endpoint all
+// apply.
 //
 // The request's URL host is replaced by the endpoint's address and its
 // scheme by the endpoint's ("https" for https endpoints, else "http"; an
 // h2c endpoint needs a Base that speaks HTTP/2 over cleartext). The Host
 // header is left as the request set it.
 //
-// A call counts as in flight until the response headers arrive. Only
-// transport errors are failures; the status code is the caller's to judge.
-// Requests are retried only when that is safe: an idempotent method and a
-// body that can be replayed (none, or GetBody set).
+// A call counts as in flight until its response body is read to the end or
+// closed, so a backend that sends headers at once and then stalls is seen
+// as busy; reading the body is progress, so a long download is not taken
+// for a frozen endpoint. Close every response body, as net/http requires:
+// until then its call holds a place in the endpoint's load. The slot under
+// the balancer's in-flight cap is freed when the headers arrive.
+//
+// Transport errors and failed responses (Failed) are the endpoint's
+// failures and count towards its ejection. A failed response is returned
+// as it is, not retried. A transport error is retried on another endpoint
+// when that is safe: always when the request never reached its endpoint
+// (ConnectFailed), and for any transport error when the method is
+// idempotent; in both cases the body must be replayable (none, or GetBody
+// set).
 type Transport struct {
 	// Balancer routes the requests; required.
 	Balancer *Balancer
@@ -30,6 +44,10 @@ type Transport struct {
 	Key func(r *http.Request) (key string, ok bool)
 	// Base performs the requests; nil means http.DefaultTransport.
 	Base http.RoundTripper
+	// Failed reports whether a response says its endpoint failed. Nil means
+	// a 5xx status, as Envoy's outlier detection counts consecutive 5xx; a
+	// 4xx is the request's fault, not the endpoint's.
+	Failed func(*http.Response) bool
 }
 
 // HeaderKey keys requests by the value of header name, as Envoy's and the
@@ -54,10 +72,15 @@ func HeaderKey(name string) func(*http.Request) (string, bool) {
 // the request body on every path, also when no attempt was made (the call
 // was shed, or its context ended while it waited).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.Balancer == nil || t.Key == nil {
+	switch {
+	case t.Balancer == nil || t.Key == nil:
 		closeBody(req)
 		return nil, fmt.Errorf("clientlib: Transport needs a Balancer and a Key")
+	case t.Balancer.released.Load():
+		closeBody(req)
+		return nil, t.Balancer.closedError()
 	}
+	b := t.Balancer.balancer
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport
@@ -68,37 +91,121 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		h = rand.Uint64()
 	}
-	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	retry := t.Balancer.opts.retry && replayable && idempotent(req)
-
 	var resp *http.Response
-	attempt := 0
-	err := t.Balancer.do(req.Context(), h, retry, func(ctx context.Context, ep Endpoint) error {
+	attempts := 0
+	err := b.do(req.Context(), h, t.retryPolicy(req), func(ctx context.Context, s *ringState, i int) (outcome, error) {
 		out := req.Clone(ctx)
-		if attempt > 0 && req.GetBody != nil {
+		if attempts > 0 && req.GetBody != nil {
 			body, err := req.GetBody()
 			if err != nil {
-				return fmt.Errorf("replay request body: %w", err)
+				return abandoned, fmt.Errorf("replay request body: %w", err)
 			}
 			out.Body = body
 		}
-		attempt++
-		out.URL.Host = ep.Addr
+		attempts++
+		out.URL.Host = s.eps[i].Addr
 		out.URL.Scheme = "http"
-		if ep.Scheme() == "https" {
+		if s.eps[i].Scheme() == "https" {
 			out.URL.Scheme = "https"
 		}
+		var o outcome
 		var err error
-		resp, err = base.RoundTrip(out)
-		return err
+		resp, o, err = t.send(base, b.begin(s, i), out)
+		return o, err
 	})
-	if attempt == 0 {
+	if attempts == 0 {
 		closeBody(req) // no RoundTrip took it
 	}
 	if err != nil {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// retryPolicy is which transport errors of req may be retried elsewhere,
+// nil for none.
+func (t *Transport) retryPolicy(req *http.Request) func(error) bool {
+	opts := t.Balancer.opts
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	switch {
+	case !opts.retry || !replayable:
+		return nil
+	case !idempotent(req):
+		return ConnectFailed // never sent: safe for any method
+	case opts.retryIf != nil:
+		return opts.retryIf
+	}
+	return anyError
+}
+
+// send performs one attempt, recorded by rec. A successful response's body
+// carries the record until it is read or closed.
+func (t *Transport) send(base http.RoundTripper, rec callRecord, out *http.Request) (resp *http.Response, o outcome, err error) {
+	o = abandoned // a panicking Base says nothing about the endpoint
+	held := false
+	defer func() {
+		if !held {
+			rec.finish(o)
+		}
+	}()
+	resp, err = base.RoundTrip(out)
+	switch {
+	case err != nil:
+		return nil, outcomeOf(out.Context(), err), err
+	case t.failed(resp):
+		return resp, failed, nil
+	case resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody:
+		// An upgraded connection's body is the caller's to keep.
+		return resp, answered, nil
+	}
+	held = true
+	resp.Body = &heldBody{body: resp.Body, rec: rec, ctx: out.Context()}
+	return resp, answered, nil
+}
+
+func (t *Transport) failed(resp *http.Response) bool {
+	if t.Failed != nil {
+		return t.Failed(resp)
+	}
+	return resp.StatusCode >= 500
+}
+
+// heldBody is a response body whose call stays in flight until it is read
+// to the end, fails or is closed.
+type heldBody struct {
+	body  io.ReadCloser
+	rec   callRecord
+	ctx   context.Context
+	ended atomic.Bool
+}
+
+func (hb *heldBody) Read(p []byte) (int, error) {
+	n, err := hb.body.Read(p)
+	if n > 0 {
+		hb.rec.st.progress(time.Now().UnixNano())
+	}
+	switch {
+	case err == io.EOF:
+		hb.end(answered)
+	case err != nil:
+		hb.end(outcomeOf(hb.ctx, err))
+	}
+	return n, err
+}
+
+// Close ends the call as answered unless a read failed first: a caller
+// that stops reading early (a JSON decoder leaves the trailing newline)
+// got its answer.
+func (hb *heldBody) Close() error {
+	err := hb.body.Close()
+	hb.end(answered)
+	return err
+}
+
+func (hb *heldBody) end(o outcome) {
+	if hb.ended.CompareAndSwap(false, true) {
+		hb.rec.finish(o)
+	}
 }
 
 // CloseIdleConnections closes the idle connections of the base transport,
