@@ -320,7 +320,20 @@ func (b *balancer) ownerUnder(st *endpointStats) bool {
 }
 
 // boundScale is f x (L + 1), over the live endpoints' share of the ring:
-// an endpoint's bound is boundScale times its share, at least 1.
+// an endpoint's bound is boundScale times its share, at least 1. L is the
+// cluster's total load (the larger of the live in-flight count and the
+// load summed at the last tick) and the + 1 is the call being placed. An
+// endpoint is under the bound while its load is below it.
+//
+// Scaling by the ring share is what Envoy's bounded load does with
+// normalised host weights: with equal shares it is f x (L + 1) / n, and a
+// light or fading endpoint is bounded by its own share, so the heavy ones
+// keep their keys. The floor of 1 lets a lightly loaded cluster keep every
+// key on its owner as long as the owner has less than one call's worth of
+// work, however uneven the keys; this is the ceiling in Mirrokni et al.'s
+// "consistent hashing with bounded loads", where a bin's capacity is
+// ceil(f x (m + 1) / n) balls. Ejected endpoints' keys go to the others,
+// whose bounds grow by the inverse of the live share.
 func (b *balancer) boundScale() float64 {
 	l := max(float64(b.load.inflight.Load()), math.Float64frombits(b.load.sum.Load()))
 	scale := b.opts.factor * (l + 1)

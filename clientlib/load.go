@@ -169,25 +169,6 @@ type loadTracker struct {
 	_        [56]byte
 }
 
-// capacity is the bounded-load bound of an endpoint owning share of the
-// request hashes: f x (L + 1) x share, at least 1, where L is the cluster's
-// total load (the larger of the live in-flight count and the load summed at
-// the last tick) and the + 1 is the call being placed. An endpoint is under
-// the bound while its load is below it.
-//
-// Scaling by the ring share is what Envoy's bounded load does with
-// normalised host weights: with equal shares it is f x (L + 1) / n, and a
-// light or fading endpoint is bounded by its own share, so the heavy ones
-// keep their keys. The floor of 1 lets a lightly loaded cluster keep every
-// key on its owner as long as the owner has less than one call's worth of
-// work, however uneven the keys; this is the ceiling in Mirrokni et al.'s
-// "consistent hashing with bounded loads", where a bin's capacity is
-// ceil(f x (m + 1) / n) balls.
-func (t *loadTracker) capacity(f, share float64) float64 {
-	l := max(float64(t.inflight.Load()), math.Float64frombits(t.sum.Load()))
-	return max(f*(l+1)*share, 1)
-}
-
 // tick closes the current bucket: it recomputes every endpoint's
 // occupancy, latency penalty and frozen state and the cluster totals, then
 // clears the oldest bucket and makes it current. It reports whether the
