@@ -343,6 +343,11 @@ func (b *balancer) boundScale() float64 {
 	return scale
 }
 
+// freezeThreshold is the cluster's current freeze threshold.
+func (b *balancer) freezeThreshold() time.Duration {
+	return freezeThreshold(b.opts.freezeAfter, math.Float64frombits(b.load.latency.Load()))
+}
+
 func (b *balancer) newWalker(s *ringState, exclude int) walker {
 	w := walker{s: s, exclude: exclude, bounded: b.opts.bounded, best: -1, fallback: -1, found: -1, bestLoad: math.Inf(1)}
 	if w.bounded {

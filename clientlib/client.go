@@ -51,6 +51,7 @@ type Client struct {
 
 	// xDS counters, exported by the collector.
 	connected          atomic.Bool
+	upSince            atomic.Int64          // unix nanos the current stream delivered its first response
 	lastStreamErr      atomic.Pointer[error] // why the last stream ended, nil once one delivered
 	acks, nacks        [2]atomic.Uint64      // by typeIndex
 	reconnects         atomic.Uint64
@@ -209,7 +210,7 @@ func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerO
 			opt(&bo)
 		}
 		b = newBalancer(cluster, bo, c.log.With(zap.String("cluster", cluster)))
-		b.life.owner, b.life.server = c, c.serverError
+		b.life.owner, b.life.server, b.life.asked = c, c.serverState, time.Now()
 		var tickCtx context.Context
 		tickCtx, b.life.cancel = context.WithCancel(c.ctx)
 		c.balancers[cluster] = b
@@ -251,16 +252,25 @@ func (c *Client) release(b *balancer) {
 	b.shutdown()
 }
 
-// serverError says why no response has arrived yet, nil once the server
-// has been reached: it answered, or the connection to it is up.
-func (c *Client) serverError() error {
-	if c.connected.Load() || c.conn.GetState() == connectivity.Ready {
-		return nil
+// serverState says since when a stream has been delivering (zero if none
+// has), and why the server cannot be heard: ErrNoServer with the last
+// stream error, nil once a response arrived on the stream or, before any
+// stream failed, while the connection is up.
+func (c *Client) serverState() (time.Time, error) {
+	since := time.Time{}
+	if n := c.upSince.Load(); n != 0 {
+		since = time.Unix(0, n)
+	}
+	if c.connected.Load() {
+		return since, nil
 	}
 	if p := c.lastStreamErr.Load(); p != nil {
-		return fmt.Errorf("%w: %w", ErrNoServer, *p)
+		return since, fmt.Errorf("%w: %w", ErrNoServer, *p)
 	}
-	return ErrNoServer
+	if c.conn.GetState() == connectivity.Ready {
+		return since, nil
+	}
+	return since, ErrNoServer
 }
 
 // Connected reports whether the stream to the management server is up and
@@ -274,6 +284,9 @@ func (h *handler) Connected(up bool, err error) {
 	c := (*Client)(h)
 	if err != nil {
 		c.lastStreamErr.Store(&err)
+	}
+	if up {
+		c.upSince.Store(time.Now().UnixNano())
 	}
 	was := c.connected.Swap(up)
 	if was && !up {

@@ -94,22 +94,50 @@ var callerCodes = map[codes.Code]bool{
 	codes.OutOfRange: true, codes.Unauthenticated: true,
 }
 
-// outcomeOf is how a call that returned err under ctx counts.
-func outcomeOf(ctx context.Context, err error) outcome {
-	if err == nil {
+// outcome is how a call to the endpoint begun by r, which returned err
+// under ctx, counts. It does not allocate: failures are the path a failing
+// endpoint takes at full rate.
+func (r callRecord) outcome(ctx context.Context, err error) outcome {
+	if err == nil || callersError(err) {
 		return answered
 	}
-	var cf *callerFault
-	if errors.As(err, &cf) {
-		return answered
+	switch ctx.Err() {
+	case nil:
+		return failed
+	case context.DeadlineExceeded:
+		// The endpoint is to blame only if it had time to answer: as long
+		// as a silent endpoint takes to count as frozen. A deadline spent
+		// before the call (in the queue, or already past) says nothing.
+		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(r.start) >= r.b.freezeThreshold() {
+			return timedOut
+		}
 	}
-	if st, ok := status.FromError(err); ok && callerCodes[st.Code()] {
-		return answered
+	return abandoned // the caller canceled, or ran out of time before the call
+}
+
+// callersError reports whether err, or an error it wraps, is marked
+// CallerFault or is a gRPC status of one of callerCodes.
+func callersError(err error) bool {
+	for err != nil {
+		switch e := err.(type) {
+		case *callerFault:
+			return true
+		case interface{ GRPCStatus() *status.Status }:
+			return callerCodes[e.GRPCStatus().Code()]
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				if callersError(inner) {
+					return true
+				}
+			}
+			return false
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return false
+		}
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return abandoned
-	}
-	return failed
+	return false
 }
 
 // retryPolicy is Do's retry predicate, nil when Do does not retry.
@@ -227,7 +255,7 @@ func (b *balancer) call(ctx context.Context, s *ringState, i int, fn func(contex
 	o = abandoned // a panic says nothing about the endpoint
 	defer func() { rec.finish(o) }()
 	err = fn(ctx, s.eps[i])
-	o = outcomeOf(ctx, err)
+	o = rec.outcome(ctx, err)
 	return o, err
 }
 
@@ -259,7 +287,7 @@ func (r callRecord) finish(o outcome) {
 	n := r.st.done(r.startNanos, end, b.load.start.Load(), b.load.bucket.Load(), o)
 	b.load.inflight.Add(-1)
 	b.calls.Add(1)
-	if o == failed {
+	if o == failed || o == timedOut {
 		b.failures.Add(1)
 		if b.opts.ejectAfter > 0 && int(n) >= b.opts.ejectAfter {
 			b.eject(r.st, r.addr, end)

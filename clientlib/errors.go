@@ -21,18 +21,19 @@ var (
 	// WithInsecure was given: the choice is the caller's to make.
 	ErrNoTransportSecurity = errors.New("clientlib: no transport security configured (use WithTLS or WithInsecure)")
 	// ErrUnknownCluster is wrapped in ErrNotReady when the management
-	// server answered without the cluster, or, reached, sent nothing for it
-	// before the wait ended (a server sends nothing for a name it lacks): a
-	// misspelled name, or one it does not publish.
+	// server answered without the cluster, or, reachable, sent nothing for
+	// it for a second or more before the wait ended (a server sends nothing
+	// for a name it lacks): a misspelled name, or one it does not publish.
 	ErrUnknownCluster = errors.New("the management server does not publish this cluster")
 	// ErrRejected is wrapped in ErrNotReady when the cluster or its
 	// endpoints arrived but could not be used (the client NACKed them); the
 	// error says why.
 	ErrRejected = errors.New("rejected")
-	// ErrNoServer is wrapped in ErrNotReady while the management server
-	// has not been reached (no response, no connection up); the error
-	// carries the last connection error.
-	ErrNoServer = errors.New("management server not reached")
+	// ErrNoServer is wrapped in ErrNotReady while no stream to the
+	// management server works: it cannot be reached, or it fails the
+	// stream (not an xDS server, refused credentials). The error carries
+	// the last stream error.
+	ErrNoServer = errors.New("no working stream to the management server")
 	// ErrNoEndpoints is returned by Pick and Do for a cluster published
 	// with no endpoint.
 	ErrNoEndpoints = errors.New("clientlib: cluster has no endpoints")

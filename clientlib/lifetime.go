@@ -17,13 +17,23 @@ type lifetime struct {
 	done   chan struct{} // closed when the balancer is closed
 	closed atomic.Bool
 
-	mu     sync.Mutex
-	owner  *Client
-	cause  error     // why the cluster has no ring yet, when known
-	seen   bool      // the cluster's CDS resource has been accepted
-	stale  time.Time // when the server stopped publishing the cluster
-	server func() error
+	mu    sync.Mutex
+	owner *Client
+	cause error     // why the cluster has no ring yet, when known
+	seen  bool      // the cluster's CDS resource has been accepted
+	stale time.Time // when the server stopped publishing the cluster
+	// server says why the server cannot be heard, nil when it can, and
+	// since when it could, for as long as it has had to answer.
+	server func() (since time.Time, err error)
+	asked  time.Time // when the cluster was subscribed to
 }
+
+// unknownAfter is how long a reached server may stay silent about a
+// cluster before the client calls the cluster unknown. A server answers a
+// subscription in milliseconds when it has the cluster and not at all when
+// it does not, so silence is the only sign; below a second it can as well
+// be a slow server.
+const unknownAfter = time.Second
 
 func (l *lifetime) init() { l.done = make(chan struct{}) }
 
@@ -66,20 +76,23 @@ func (l *lifetime) staleSince() time.Time {
 // was rejected, the server is unreachable), and ctxErr, if the wait ended.
 func (b *balancer) notReady(ctxErr error) error {
 	b.life.mu.Lock()
-	cause, server, seen := b.life.cause, b.life.server, b.life.seen
+	cause, server, seen, asked := b.life.cause, b.life.server, b.life.seen, b.life.asked
 	b.life.mu.Unlock()
+	var heardSince time.Time
 	if cause == nil && server != nil {
-		cause = server()
+		heardSince, cause = server()
 	}
 	if cause == nil && ctxErr != nil {
-		// The server is reached and has said nothing against the cluster.
-		// A server answers a subscription with what it has, so silence
-		// about a name, here or in a response, means it has no such
-		// cluster (or, once the cluster came, no endpoints for it).
-		if seen {
+		// The server can be heard and has said nothing against the
+		// cluster. It answers a subscription with what it has, so long
+		// silence about a name means it has no such cluster (or, once the
+		// cluster came, no endpoints for it).
+		silent := time.Since(maxTime(asked, heardSince))
+		switch {
+		case seen:
 			cause = errors.New("the management server sent the cluster but not its endpoints")
-		} else {
-			cause = fmt.Errorf("%w: it sent nothing for it since it was asked for", ErrUnknownCluster)
+		case !asked.IsZero() && silent >= unknownAfter:
+			cause = fmt.Errorf("%w: it sent nothing for it in %v", ErrUnknownCluster, silent.Round(time.Millisecond))
 		}
 	}
 	switch {
@@ -111,4 +124,11 @@ func (l *lifetime) client() *Client {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.owner
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

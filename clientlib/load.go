@@ -33,10 +33,14 @@ const (
 	// answered: the endpoint answered: fn returned nil or a caller's
 	// error (outcomeOf).
 	answered outcome = iota
-	// failed: the endpoint failed or did not answer within the caller's
-	// deadline. It counts towards ejection and never as a latency sample,
-	// so a fast failure cannot make an endpoint look fast.
+	// failed: the endpoint answered with a failure. It counts towards
+	// ejection and never as a latency sample, so a fast failure cannot
+	// make an endpoint look fast.
 	failed
+	// timedOut: the endpoint did not answer within the caller's deadline,
+	// though it had the freeze threshold's time to. A failure, as failed,
+	// but not an answer: it does not end a freeze.
+	timedOut
 	// abandoned: the caller canceled, or fn panicked. It says nothing
 	// about the endpoint.
 	abandoned
@@ -114,6 +118,11 @@ func (s *endpointStats) done(start, now, bucketStart int64, b uint32, o outcome)
 	switch o {
 	case abandoned:
 		return s.failures.Load()
+	case timedOut:
+		// A failure, but no answer: the endpoint may still be hanging, so
+		// neither its stall clock nor a freeze is reset.
+		s.failing.Store(true)
+		return s.failures.Add(1)
 	case answered:
 		d := now - start
 		s.lat[b].Add(d)
@@ -169,6 +178,13 @@ type loadTracker struct {
 	_        [56]byte
 }
 
+// freezeThreshold is how long an endpoint may hold calls without
+// completing any before it counts as frozen: freezeAfter, or four times the
+// cluster's mean latency (seconds) when that is longer.
+func freezeThreshold(freezeAfter time.Duration, clusterLatency float64) time.Duration {
+	return max(freezeAfter, time.Duration(freezeLatencyMultiple*clusterLatency*float64(time.Second)))
+}
+
 // tick closes the current bucket: it recomputes every endpoint's
 // occupancy, latency penalty and frozen state and the cluster totals, then
 // clears the oldest bucket and makes it current. It reports whether the
@@ -192,7 +208,7 @@ func (t *loadTracker) tick(stats []*endpointStats, now time.Time, freezeAfter ti
 		clusterLat = time.Duration(totalWork / totalCount).Seconds()
 		t.latency.Store(math.Float64bits(clusterLat))
 	}
-	threshold := max(freezeAfter, time.Duration(freezeLatencyMultiple*clusterLat*float64(time.Second)))
+	threshold := freezeThreshold(freezeAfter, clusterLat)
 	nowNanos := now.UnixNano()
 
 	var sum float64

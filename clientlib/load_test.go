@@ -216,3 +216,21 @@ func TestEjectedCountMatchesFlagsUnderRingUpdates(t *testing.T) {
 		t.Fatalf("ejected count %d, but %d endpoints are flagged ejected", got, flags)
 	}
 }
+
+// A call that timed out is a failure but no answer: it must not end a
+// freeze or restart the stall clock, as an answer, even a failed one, does.
+func TestTimeoutDoesNotEndAFreeze(t *testing.T) {
+	st := newEndpointStats()
+	st.start(1)
+	st.start(2)
+	st.frozen.Store(true)
+	st.done(2, 100, 0, 0, timedOut)
+	if !st.frozen.Load() || st.lastProgress.Load() != 1 || st.failures.Load() != 1 {
+		t.Fatalf("after a timeout: frozen %v, last progress %d, failures %d; want still frozen, 1, 1",
+			st.frozen.Load(), st.lastProgress.Load(), st.failures.Load())
+	}
+	st.done(1, 200, 0, 0, failed)
+	if st.frozen.Load() || st.lastProgress.Load() != 200 {
+		t.Fatalf("after a failed answer: frozen %v, last progress %d; want unfrozen at 200", st.frozen.Load(), st.lastProgress.Load())
+	}
+}

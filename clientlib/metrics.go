@@ -13,7 +13,7 @@ type collector struct{ c *Client }
 
 var (
 	descCalls = prometheus.NewDesc("ringxds_clientlib_calls_total",
-		"Calls made through Balancer.Do (each attempt counts), by cluster and result.", []string{"cluster", "result"}, nil)
+		"Calls made through Balancer.Do and Transport (each attempt counts), by cluster and result: error when the endpoint failed (Balancer.Do says which calls fail), ok for every other attempt (answered, the caller's fault, canceled).", []string{"cluster", "result"}, nil)
 	descRetries = prometheus.NewDesc("ringxds_clientlib_retries_total",
 		"Retries on a different endpoint.", []string{"cluster"}, nil)
 	descSheds = prometheus.NewDesc("ringxds_clientlib_shed_total",

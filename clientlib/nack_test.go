@@ -279,7 +279,13 @@ func TestUnknownClusterIsNamedAsSuch(t *testing.T) {
 	}
 	c := dial(t, rs.addr)
 	balancer(t, c, "products")
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// Within a second, silence may be a slow server: no verdict yet.
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := c.Balancer(short, "prodcuts"); errors.Is(err, clientlib.ErrUnknownCluster) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a cluster asked for 50 ms ago: %v, want only the deadline", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	_, err := c.Balancer(ctx, "prodcuts")
 	if !errors.Is(err, clientlib.ErrUnknownCluster) || !errors.Is(err, context.DeadlineExceeded) {
@@ -297,10 +303,23 @@ func TestUnknownClusterIsNamedAsSuch(t *testing.T) {
 	go func() { _ = g.Serve(l) }()
 	defer g.Stop()
 	silent := dial(t, l.Addr().String())
-	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel2()
 	_, err = silent.Balancer(ctx2, "products")
 	if errors.Is(err, clientlib.ErrNoServer) || !errors.Is(err, clientlib.ErrUnknownCluster) {
 		t.Fatalf("a server that is reached and silent: %v, want ErrUnknownCluster, not ErrNoServer", err)
+	}
+
+	// A gRPC server without the ADS service fails every stream: that is
+	// no unknown cluster but a server that does not work, and says how.
+	plain := grpc.NewServer()
+	pl := listenOn(t, "127.0.0.1:0")
+	go func() { _ = plain.Serve(pl) }()
+	defer plain.Stop()
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel3()
+	_, err = dial(t, pl.Addr().String()).Balancer(ctx3, "products")
+	if !errors.Is(err, clientlib.ErrNoServer) || errors.Is(err, clientlib.ErrUnknownCluster) || !strings.Contains(err.Error(), "Unimplemented") {
+		t.Fatalf("a server without ADS: %v, want ErrNoServer with the stream's error", err)
 	}
 }

@@ -72,11 +72,14 @@ func TestCallerFaultsDoNotEject(t *testing.T) {
 }
 
 // An endpoint that hangs until the caller's deadline has failed, as Envoy
-// counts a timeout; a caller that cancels says nothing about the endpoint.
+// counts a timeout, when it had the freeze threshold's time to answer. A
+// caller that cancels, or whose deadline left the endpoint less time, says
+// nothing about the endpoint.
 func TestDeadlineCountsAgainstTheEndpoint(t *testing.T) {
 	a, b2, c := "127.0.0.1:7011", "127.0.0.1:7012", "127.0.0.1:7013"
 	cp := startControlPlane(t, tempFile(t, addrCluster(a, b2, c)), "")
-	b := balancer(t, dial(t, cp.XDSAddr), "p", clientlib.WithoutRetry())
+	b := balancer(t, dial(t, cp.XDSAddr), "p", clientlib.WithoutRetry(), clientlib.WithBoundedLoad(false),
+		clientlib.WithFreezeAfter(20*time.Millisecond))
 	key := keyOwnedBy(t, b, a)
 	hang := func(ctx context.Context, _ clientlib.Endpoint) error { <-ctx.Done(); return ctx.Err() }
 	for range 5 {
@@ -84,11 +87,18 @@ func TestDeadlineCountsAgainstTheEndpoint(t *testing.T) {
 		time.AfterFunc(5*time.Millisecond, cancel)
 		_ = b.Do(ctx, key, hang)
 	}
+	for _, budget := range []time.Duration{-time.Second, 5 * time.Millisecond} {
+		for range 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), budget)
+			_ = b.Do(ctx, key, hang)
+			cancel()
+		}
+	}
 	if st := b.Stats(); st.Ejections != 0 || st.Failures != 0 {
-		t.Fatalf("five cancelled calls: %d failures, %d ejections; want none", st.Failures, st.Ejections)
+		t.Fatalf("cancelled calls and deadlines shorter than the freeze threshold: %d failures, %d ejections; want none", st.Failures, st.Ejections)
 	}
 	for range 5 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 		_ = b.Do(ctx, key, hang)
 		cancel()
 	}

@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"unsafe"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
@@ -144,6 +147,48 @@ func BenchmarkDo(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		_ = bal.Do(ctx, benchKeys[i&1023], fn)
+	}
+}
+
+// BenchmarkDoError is Do's failure path, which a failing endpoint takes at
+// full rate: a plain error, a gRPC Unavailable and a caller's NotFound.
+func BenchmarkDoError(b *testing.B) {
+	for _, c := range failureCases {
+		b.Run(c.name, func(b *testing.B) {
+			bal, _ := benchBalancer(b, ringhash.PolicySkipper, 50, WithoutRetry(), WithEjection(0, time.Second, time.Second, 0.5))
+			ctx := context.Background()
+			fn := func(context.Context, Endpoint) error { return c.err }
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				_ = bal.Do(ctx, benchKeys[i&1023], fn)
+			}
+		})
+	}
+}
+
+var failureCases = []struct {
+	name string
+	err  error
+}{
+	{"plain", errors.New("connection reset")},
+	{"grpc-unavailable", fmt.Errorf("get: %w", status.Error(codes.Unavailable, "down"))},
+	{"grpc-not-found", status.Error(codes.NotFound, "no such key")},
+	{"caller-fault", CallerFault(errors.New("404"))},
+}
+
+// A failed call must not allocate either: classifying its error is on the
+// path of every call to a failing endpoint.
+func TestFailedDoDoesNotAllocate(t *testing.T) {
+	for _, c := range failureCases {
+		bal, _ := benchBalancer(t, ringhash.PolicySkipper, 20, WithoutRetry(), WithEjection(0, time.Second, time.Second, 0.5))
+		fn := func(context.Context, Endpoint) error { return c.err }
+		i := 0
+		if a := testing.AllocsPerRun(1000, func() {
+			_ = bal.Do(context.Background(), benchKeys[i&1023], fn)
+			i++
+		}); a != 0 {
+			t.Errorf("%s: %v allocs per failed Do", c.name, a)
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ func (b *balancer) runTicker(ctx context.Context) {
 			}
 			b.endEjections(now)
 			if s.fade != nil {
-				b.setShares(s, now)
+				b.refreshShares(now)
 			}
 			if active || s.fade != nil || b.ejected.Load() != 0 {
 				idleTicks = 0
@@ -85,5 +85,16 @@ func (b *balancer) endEjections(now time.Time) {
 	}
 	if ended {
 		b.recountEjected()
+	}
+}
+
+// refreshShares recomputes the shares of a fading ring as time moves its
+// endpoints in. It works on the current ring, under mu: a ring installed
+// since the tick began has shares of its own.
+func (b *balancer) refreshShares(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.state.Load(); s != nil && s.fade != nil {
+		b.setShares(s, now)
 	}
 }

@@ -24,7 +24,8 @@ import (
 // A call counts as in flight until its response body is read to the end or
 // closed, so a backend that sends headers at once and then stalls is seen
 // as busy; reading the body is progress, so a long download is not taken
-// for a frozen endpoint. Close every response body, as net/http requires:
+// for a frozen endpoint. Long-lived streams (Streaming) end with their
+// headers. Close every response body, as net/http requires:
 // until then its call holds a place in the endpoint's load. The slot under
 // the balancer's in-flight cap is freed when the headers arrive.
 //
@@ -48,6 +49,13 @@ type Transport struct {
 	// a 5xx status, as Envoy's outlier detection counts consecutive 5xx; a
 	// 4xx is the request's fault, not the endpoint's.
 	Failed func(*http.Response) bool
+	// Streaming reports whether a response is a long-lived stream (server-
+	// sent events, a long poll, a watch), whose call ends with its headers:
+	// held open, it would count as load on its endpoint for as long as it
+	// lasts, as an open stream counts as an active request in Envoy, and
+	// move the endpoint's keys elsewhere. Nil means a text/event-stream
+	// response.
+	Streaming func(*http.Response) bool
 }
 
 // HeaderKey keys requests by the value of header name, as Envoy's and the
@@ -151,16 +159,36 @@ func (t *Transport) send(base http.RoundTripper, rec callRecord, out *http.Reque
 	resp, err = base.RoundTrip(out)
 	switch {
 	case err != nil:
-		return nil, outcomeOf(out.Context(), err), err
+		return nil, rec.outcome(out.Context(), err), err
 	case t.failed(resp):
 		return resp, failed, nil
-	case resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody:
-		// An upgraded connection's body is the caller's to keep.
+	case !t.holdsBody(out, resp):
 		return resp, answered, nil
 	}
 	held = true
 	resp.Body = &heldBody{body: resp.Body, rec: rec, ctx: out.Context()}
 	return resp, answered, nil
+}
+
+// holdsBody reports whether the call lasts until resp's body is done: not
+// for a response without a body (HTTP/2 has its own empty body type, so
+// the length and method say it), an upgraded connection, which is the
+// caller's to keep, or a long-lived stream.
+func (t *Transport) holdsBody(req *http.Request, resp *http.Response) bool {
+	switch {
+	case resp.Body == nil || resp.Body == http.NoBody || resp.ContentLength == 0 || req.Method == http.MethodHead:
+		return false
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		return false
+	case t.Streaming != nil:
+		return !t.Streaming(resp)
+	}
+	return !isEventStream(resp)
+}
+
+func isEventStream(resp *http.Response) bool {
+	mediaType, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
 
 func (t *Transport) failed(resp *http.Response) bool {
@@ -188,7 +216,7 @@ func (hb *heldBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		hb.end(answered)
 	case err != nil:
-		hb.end(outcomeOf(hb.ctx, err))
+		hb.end(hb.rec.outcome(hb.ctx, err))
 	}
 	return n, err
 }

@@ -205,3 +205,55 @@ func TestTransportRetriesSafely(t *testing.T) {
 		t.Fatalf("bodies received %q, want the GET's and the retried POST's intact", bodies)
 	}
 }
+
+// Long-lived streams end their call with the headers: an open event stream
+// must not hold its endpoint over the load bound and move its keys. Nor is
+// an empty body (HTTP/2 gives one that is not http.NoBody) held.
+func TestTransportDoesNotHoldStreams(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	addr := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Stream") != "" {
+			w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			<-release
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	cp := startControlPlane(t, tempFile(t, testcp.ClusterYAML("p", "ring_hash", "x-key", "",
+		[]string{addr, deadAddr(t), deadAddr(t)}, nil)), "")
+	b := balancer(t, dial(t, cp.XDSAddr), "p")
+	key := keyOwnedBy(t, b, addr)
+	req := keyed(context.Background(), http.MethodGet, key, nil)
+	req.Header.Set("X-Stream", "1")
+	resp, err := transportFor(b).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := b.Stats().InFlight; got != 0 {
+		t.Fatalf("an open event stream counts as %d calls in flight, want 0", got)
+	}
+	for range 50 {
+		if ep, _ := b.Pick(key); ep.Addr != addr {
+			t.Fatalf("with an event stream open, the key went to %s, not its owner", ep.Addr)
+		}
+	}
+
+	empty := &http.Response{StatusCode: http.StatusOK, ContentLength: 0, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}}
+	tr := &clientlib.Transport{Balancer: b, Key: clientlib.HeaderKey("X-Key"),
+		Base: roundTripFunc(func(*http.Request) (*http.Response, error) { return empty, nil })}
+	if _, err := tr.RoundTrip(keyed(context.Background(), http.MethodGet, key, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Stats().InFlight; got != 0 {
+		t.Fatalf("a response with an empty body is held: %d calls in flight", got)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
