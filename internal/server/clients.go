@@ -65,6 +65,10 @@ type TypeStatus struct {
 	AckedAt      time.Time `json:"acked_at,omitzero"`
 	Nacks        int       `json:"nacks"`
 	LastNack     *Nack     `json:"last_nack,omitempty"`
+	// AnswerLatency is how long the client took to answer (ACK or NACK)
+	// its last answered response of the type. A push waits for the CDS
+	// of clients that answer it quickly before it sends CLAs (order.go).
+	AnswerLatency time.Duration `json:"answer_latency,omitempty"`
 
 	// nackLoggedAt and nacksUnlogged rate-limit the NACK log of this type.
 	nackLoggedAt  time.Time
@@ -72,6 +76,10 @@ type TypeStatus struct {
 	// legacyWildcard: the stream's first request of the type named nothing,
 	// and none since named anything.
 	legacyWildcard bool
+	// awaitingAnswer: a response was sent and no request processed since,
+	// the only time go-control-plane ignores a SotW request naming another
+	// nonce.
+	awaitingAnswer bool
 	// deltaNames is a delta stream's subscription, which its requests
 	// change by difference.
 	deltaNames map[string]struct{}

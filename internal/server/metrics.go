@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		clusterWaitTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringxds_xds_cluster_wait_timeouts_total",
-			Help: "Clients not sent their changed Clusters within the push's wait limit (1 s); their ClusterLoadAssignments went out first.",
+			Help: "Clients not sent their changed Clusters within a push's hold (250 ms); their ClusterLoadAssignments went out first, and they are not waited for until they answer CDS within 100 ms again.",
 		}),
 	}
 	if reg != nil {

@@ -83,16 +83,19 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 	if ts == nil {
 		ts, first = c.typeStatus(req.typeURL), true
 	}
-	if !req.delta && ts.SentNonce != "" && req.nonce != ts.SentNonce {
-		// go-control-plane ignores a SotW request not answering the last
-		// response, subscription and all. Only a rejection is worth
-		// counting: the client refused config, even if it is superseded.
-		if req.nack {
-			r.recordNACK(c, ts, req, c.sentByNonce[req.nonce])
+	if !req.delta && ts.awaitingAnswer && req.nonce != ts.SentNonce {
+		// While a response is unanswered, go-control-plane ignores a SotW
+		// request not naming it, subscription and all (once a request was
+		// processed, it takes any nonce until the next response). Only a
+		// rejection of a response that was sent is worth counting: the
+		// client refused config, even if it is superseded.
+		if version, sent := c.sentByNonce[req.nonce]; sent && req.nack {
+			r.recordNACK(c, ts, req, version)
 			delete(c.sentByNonce, req.nonce)
 		}
 		return false, fixNone, ""
 	}
+	ts.awaitingAnswer = false
 	if req.typeURL == resource.ClusterType {
 		reassess = c.subscribe(subscription{delta: req.delta, names: req.names, removed: req.removed})
 	}
@@ -108,6 +111,9 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		return reassess, fixNone, "" // a delta nonce never sent, or already answered
 	}
 	delete(c.sentByNonce, req.nonce)
+	if req.nonce == ts.SentNonce {
+		ts.AnswerLatency = r.now().Sub(ts.SentAt)
+	}
 	kind, short := string(c.status.Kind), shortType(req.typeURL)
 	ringTypes := req.typeURL == resource.ClusterType || req.typeURL == resource.EndpointType
 	if req.nack {
@@ -202,6 +208,7 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 	// ignores its answer, but a rejection of it is still counted with the
 	// version it rejected.
 	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
+	ts.awaitingAnswer = true
 	if c.sentByNonce == nil {
 		c.sentByNonce = make(map[string]string, 4)
 	}

@@ -339,22 +339,31 @@ func envoyClusterChanges(changes []change) map[string]bool {
 }
 
 // push writes the changes to the caches, which notify the watches: upserts
-// in resourceTypes order, then removals in deleteTypes order. CLAs wait for
-// the Clusters they belong to to be sent (order.go).
+// in resourceTypes order, then removals in deleteTypes order. The CLAs of
+// changed clusters wait for their Clusters to be sent (order.go); the
+// others go out at once.
 func (s *Server) push(changes []change) error {
-	clusterSends := s.registry.clusterSends(clusterChanges(changes))
+	byGroup, changedClusters := clusterChanges(changes)
+	clusterSends := s.registry.clusterSends(byGroup)
 	for _, ch := range changes {
 		if len(ch.upserts) == 0 {
 			continue
 		}
-		if ch.typeURL == resource.EndpointType && clusterSends != nil {
+		if ch.typeURL == resource.EndpointType && len(clusterSends) > 0 {
+			rest, held := splitUpserts(ch.upserts, changedClusters)
+			if err := s.upsert(ch.group, rest); err != nil {
+				return err
+			}
 			s.registry.awaitClusterSends(s.ctx, clusterSends, clusterWaitLimit)
 			clusterSends = nil
+			if err := s.upsert(ch.group, held); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := s.caches[ch.group].UpdateResources(ch.upserts, nil); err != nil {
-			return fmt.Errorf("update %s: %w", ch.group, err)
+		if err := s.upsert(ch.group, ch.upserts); err != nil {
+			return err
 		}
-		s.countChanges(ch.group, ch.upserts, s.published[ch.group])
 	}
 	for _, t := range deleteTypes {
 		for _, ch := range changes {
@@ -368,6 +377,31 @@ func (s *Server) push(changes []change) error {
 		}
 	}
 	return nil
+}
+
+// upsert writes resources to one cache group, if there are any.
+func (s *Server) upsert(group string, upserts map[string]types.Resource) error {
+	if len(upserts) == 0 {
+		return nil
+	}
+	if err := s.caches[group].UpdateResources(upserts, nil); err != nil {
+		return fmt.Errorf("update %s: %w", group, err)
+	}
+	s.countChanges(group, upserts, s.published[group])
+	return nil
+}
+
+// splitUpserts separates the resources named in held from the rest.
+func splitUpserts(upserts map[string]types.Resource, held map[string]bool) (rest, heldBack map[string]types.Resource) {
+	rest, heldBack = make(map[string]types.Resource, len(upserts)), make(map[string]types.Resource)
+	for name, r := range upserts {
+		if held[name] {
+			heldBack[name] = r
+		} else {
+			rest[name] = r
+		}
+	}
+	return rest, heldBack
 }
 
 // publishedResource is a resource in a cache and its content version.
