@@ -210,6 +210,12 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 		p.errorf(nil, "", "", "the file is empty; want a top-level \"clusters\" list")
 		return model.State{}, nil
 	}
+	// Aliases are expanded by the walk below, so they are counted first:
+	// a small file of nested aliases would otherwise cost the walk (and
+	// its errors) exponentially many nodes.
+	if !p.checkAliases(doc.Content[0]) {
+		return model.State{}, nil
+	}
 	root := fileResolve(doc.Content[0])
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "", "the top level must be a mapping with a \"clusters\" list, not %s", fileDescribe(root))
@@ -538,8 +544,9 @@ func fileLeafErrors(err error) []error {
 }
 
 // fileResolve follows aliases (*name) to the anchored node, so anchors work
-// as YAML users expect. The walk is bounded by the schema's fixed depth, so
-// a self-referencing alias cannot loop.
+// as YAML users expect. It is safe only on a document checkAliases has
+// passed: an alias can name a node that contains it, and nested aliases
+// can make a small file describe an exponential number of nodes.
 func fileResolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -54,18 +55,30 @@ func fileWrite(t *testing.T, path, content string) {
 }
 
 // fileRun is a FileSource running in the background, its publications
-// collected on a channel.
+// collected on a channel and its log kept for inspection.
 type fileRun struct {
 	src       *watch.FileSource
 	reg       *prometheus.Registry
+	logs      *observer.ObservedLogs
 	published chan model.State
 	done      chan error
 }
 
 func fileStart(t *testing.T, path string, debounce time.Duration) *fileRun {
 	t.Helper()
+	return fileStartWith(t, path, watch.FileOptions{Debounce: debounce})
+}
+
+// fileStartWith runs a FileSource with opts, its Logger and Registerer
+// replaced by the test's.
+func fileStartWith(t *testing.T, path string, opts watch.FileOptions) *fileRun {
+	t.Helper()
 	r := &fileRun{reg: prometheus.NewRegistry(), published: make(chan model.State, 100), done: make(chan error, 1)}
-	src, err := watch.NewFileSource(path, watch.FileOptions{Logger: zaptest.NewLogger(t), Registerer: r.reg, Debounce: debounce})
+	core, logs := observer.New(zap.DebugLevel)
+	r.logs = logs
+	opts.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+	opts.Registerer = r.reg
+	src, err := watch.NewFileSource(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
