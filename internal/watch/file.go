@@ -363,7 +363,13 @@ func (s *FileSource) reload(at time.Time) (model.State, error) {
 // Since of a problem that was already reported. Callers hold s.mu.
 func (s *FileSource) setProblems(err error, at time.Time) {
 	var next []Problem
+	count := 0
 	for _, fe := range FileErrors(err) {
+		// The gauge counts the problems left out of the list too.
+		count++
+		if more, ok := fe.Err.(fileMoreProblems); ok {
+			count += int(more) - 1
+		}
 		p := Problem{Source: fileSourceName, Object: s.name, Message: fe.Err.Error(), Since: at}
 		if fe.Line > 0 {
 			p.Field = "line " + strconv.Itoa(fe.Line)
@@ -386,10 +392,11 @@ func (s *FileSource) setProblems(err error, at time.Time) {
 	}
 	if err != nil && len(next) == 0 {
 		next = append(next, Problem{Source: fileSourceName, Object: s.name, Message: err.Error(), Since: at})
+		count = 1
 	}
 	slices.SortStableFunc(next, func(a, b Problem) int { return a.Since.Compare(b.Since) })
 	s.current = next
-	s.problems.Set(float64(len(next)))
+	s.problems.Set(float64(count))
 }
 
 // fileAssignFirstSeen carries FirstSeen over from prev for endpoints that

@@ -61,8 +61,9 @@ func (e *FileError) Error() string {
 func (e *FileError) Unwrap() error { return e.Err }
 
 // FileErrors lists the *FileError values inside an error returned by
-// ParseFile or FileSource.Load, in file order. It returns nil for an error
-// that holds none.
+// ParseFile or FileSource.Load, in file order, followed, when problems were
+// left out, by one without a line that counts them. It returns nil for an
+// error that holds none.
 func FileErrors(err error) []*FileError {
 	var out []*FileError
 	var walk func(error)
@@ -91,17 +92,19 @@ func FileErrors(err error) []*FileError {
 // normalized model.State. path is used only to name the file in errors.
 // JSON is accepted too, since it is YAML.
 //
-// Every problem found is reported, each as a *FileError naming the file,
-// line, column and field; the returned error joins them (see FileErrors).
+// The problems found are reported, each as a *FileError naming the file,
+// line, column and field, the first 100 in line order and then one more
+// saying how many were left out; the returned error joins them (see
+// FileErrors).
 // ParseFile is pure: it touches no file and keeps no state, and the
 // returned State has zero FirstSeen and ChangedAt.
 func ParseFile(path string, data []byte) (model.State, error) {
 	p := &fileParser{path: path}
 	state, locs := p.parse(data)
-	if len(p.errs) == 0 {
+	if p.found == 0 {
 		p.validate(&state, locs)
 	}
-	if len(p.errs) > 0 {
+	if p.found > 0 {
 		return model.State{}, p.err()
 	}
 	// The per-cluster checks above already passed, so this only sorts; it
@@ -118,8 +121,18 @@ func ParseFile(path string, data []byte) (model.State, error) {
 // ones (the model treats zero as "use the default").
 type fileParser struct {
 	path string
+	// errs holds the first problems in line order, at most
+	// 2*fileMaxProblems at any time (see add).
 	errs []*FileError
+	// found counts every problem, listed or not.
+	found int
 }
+
+// fileMaxProblems is how many problems one file reports. A generated file
+// with a systematic mistake can hold one per endpoint; past the first
+// hundred more of the same only floods the log, the debug page and the
+// memory holding them, and the count says how far off the file is.
+const fileMaxProblems = 100
 
 // fileClusterLocs remembers, for one cluster, the node of every field by its
 // model path ("endpoints[2].port"), so that model.FieldError paths can be
@@ -150,15 +163,49 @@ func fileYAMLParserProblem(msg string) bool {
 	return false
 }
 
+// err joins the first fileMaxProblems problems in line order, and a last
+// one saying how many more there are.
 func (p *fileParser) err() error {
+	p.keepFirst()
+	errs := make([]error, 0, len(p.errs)+1)
+	for _, e := range p.errs {
+		errs = append(errs, e)
+	}
+	if more := p.found - len(p.errs); more > 0 {
+		errs = append(errs, &FileError{Path: p.path, Err: fileMoreProblems(more)})
+	}
+	return errors.Join(errs...)
+}
+
+// fileMoreProblems counts the problems of a file that were not listed, so
+// that the source's problems gauge can still count them all.
+type fileMoreProblems int
+
+func (n fileMoreProblems) Error() string {
+	return fmt.Sprintf("%d more problems are not listed: only the first %d, in line order, are reported", int(n), fileMaxProblems)
+}
+
+// add records a problem. The list is cut back to the first
+// fileMaxProblems in line order whenever it doubles that, so memory stays
+// bounded and sorting costs O(log fileMaxProblems) per problem, while the
+// result is that of sorting every problem (stably: ties keep the order
+// they were found in) and keeping the first.
+func (p *fileParser) add(fe *FileError) {
+	p.found++
+	p.errs = append(p.errs, fe)
+	if len(p.errs) >= 2*fileMaxProblems {
+		p.keepFirst()
+	}
+}
+
+func (p *fileParser) keepFirst() {
 	slices.SortStableFunc(p.errs, func(a, b *FileError) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})
-	errs := make([]error, len(p.errs))
-	for i, e := range p.errs {
-		errs[i] = e
+	if len(p.errs) > fileMaxProblems {
+		clear(p.errs[fileMaxProblems:])
+		p.errs = p.errs[:fileMaxProblems]
 	}
-	return errors.Join(errs...)
 }
 
 func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ...any) {
@@ -166,7 +213,7 @@ func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ..
 	if n != nil {
 		fe.Line, fe.Column = n.Line, n.Column
 	}
-	p.errs = append(p.errs, fe)
+	p.add(fe)
 }
 
 func (p *fileParser) syntaxError(err error) {
@@ -184,7 +231,7 @@ func (p *fileParser) syntaxError(err error) {
 		}
 		fe.Err = fmt.Errorf("invalid YAML: %s", problem)
 	}
-	p.errs = append(p.errs, fe)
+	p.add(fe)
 }
 
 func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
@@ -237,7 +284,7 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 			locs = append(locs, l)
 		}
 	})
-	if !sawClusters && len(p.errs) == 0 {
+	if !sawClusters && p.found == 0 {
 		p.errorf(root, "clusters", "", "missing; want a top-level \"clusters\" list")
 	}
 	return state, locs
