@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -539,12 +541,23 @@ func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
 	for i := range s.Clusters {
 		c, l := &s.Clusters[i], locs[i]
 		prefix := fmt.Sprintf("clusters[%d]", l.index)
+		// The addresses as written, before ApplyDefaults canonicalises
+		// them, so that errors quote what the file says.
+		written := make([]string, len(c.Endpoints))
+		for j, ep := range c.Endpoints {
+			written[j] = ep.Address
+		}
 		c.ApplyDefaults()
+		reported := p.addresses(c, written, l, prefix)
 		if err := c.Validate(); err != nil {
 			for _, e := range fileLeafErrors(err) {
 				var fe *model.FieldError
 				if !errors.As(e, &fe) {
 					p.errorf(l.node, prefix, c.Name, "%w", e)
+					continue
+				}
+				if reported[fe.Field] {
+					// addresses said it already, in the file's terms.
 					continue
 				}
 				p.errorf(l.lookup(fe.Field), prefix+"."+fe.Field, c.Name, "%w", fe.Err)
@@ -560,6 +573,104 @@ func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
 		}
 		names[c.Name] = at
 	}
+}
+
+// addresses checks the endpoint addresses of c, canonicalised by
+// ApplyDefaults, against written, their spelling in the file. It reports
+// what the model's checks would only call "not an IPv4 or IPv6 address" or
+// "duplicates", with the reason and both lines, and returns the model field
+// paths it reported so that the model's version is not repeated.
+//
+// One address has one spelling once published (Go's netip form, which is
+// also inet_ntop's, the text Envoy hashes and prints): fd00::1 and
+// FD00:0:0::0001 are one endpoint, so listing both is a duplicate. An
+// IPv4-mapped address (::ffff:10.0.0.1) is refused rather than rewritten:
+// it reaches the same pod as 10.0.0.1 under another ring key, so the file
+// must say which is meant.
+func (p *fileParser) addresses(c *model.Cluster, written []string, l fileClusterLocs, prefix string) map[string]bool {
+	reported := map[string]bool{}
+	type first struct {
+		index   int
+		written string
+	}
+	type hostPort struct {
+		addr netip.Addr
+		port uint32
+	}
+	seen := map[hostPort]first{}
+	for j, ep := range c.Endpoints {
+		rel := fmt.Sprintf("endpoints[%d]", j)
+		field := rel + ".address"
+		at := l.lookup(field)
+		addr, err := netip.ParseAddr(ep.Address)
+		if err != nil {
+			if msg := fileAddressProblem(written[j]); msg != "" {
+				p.errorf(at, prefix+"."+field, c.Name, "%s", msg)
+				reported[field] = true
+			}
+			continue
+		}
+		switch {
+		case addr.Zone() != "":
+			p.errorf(at, prefix+"."+field, c.Name, "%q has an IPv6 zone (%%%s), which names a network interface of one host; the address is published to data planes on other hosts: write it without the zone", written[j], addr.Zone())
+			reported[field] = true
+			continue
+		case addr.Is4In6():
+			p.errorf(at, prefix+"."+field, c.Name, "%q is an IPv4-mapped IPv6 address: write it as %s, since the two spellings reach one pod under two different ring keys", written[j], addr.Unmap())
+			reported[field] = true
+			continue
+		}
+		key := hostPort{addr, ep.Port}
+		f, dup := seen[key]
+		if !dup {
+			seen[key] = first{index: j, written: written[j]}
+			continue
+		}
+		line := l.lookup(fmt.Sprintf("endpoints[%d]", f.index)).Line
+		if f.written == written[j] {
+			p.errorf(l.lookup(rel), prefix+"."+rel, c.Name, "duplicates endpoints[%d] (%s) on line %d", f.index, ep.HostPort(), line)
+		} else {
+			p.errorf(l.lookup(rel), prefix+"."+rel, c.Name, "duplicates endpoints[%d] (%s) on line %d: %q here and %q there are one address, published as %s",
+				f.index, ep.HostPort(), line, written[j], f.written, ep.Address)
+		}
+		reported[rel] = true
+	}
+	return reported
+}
+
+// fileAddressProblem explains why an address that is not an IP address is
+// refused, for the mistakes worth a hint; "" leaves the model's message.
+func fileAddressProblem(a string) string {
+	if host, port, err := net.SplitHostPort(a); err == nil {
+		if _, err := netip.ParseAddr(host); err == nil {
+			return fmt.Sprintf("%q includes a port: write the address %s here and %s in port", a, host, port)
+		}
+	}
+	if fileDNSName(a) {
+		return fmt.Sprintf("%q is a DNS name, and endpoints take IP addresses only: EDS carries resolved addresses, Envoy refuses a name in an EDS cluster, and each data plane would resolve and hash it its own way; list the addresses it resolves to", a)
+	}
+	return ""
+}
+
+// fileDNSName reports whether a looks like a host name: dot-separated
+// labels of letters, digits and hyphens, at least one letter.
+func fileDNSName(a string) bool {
+	letter := false
+	for _, label := range strings.Split(strings.TrimSuffix(a, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+				letter = true
+			case r >= '0' && r <= '9', r == '-':
+			default:
+				return false
+			}
+		}
+	}
+	return letter
 }
 
 // lookup finds the node for a model field path, falling back to the nearest
