@@ -35,6 +35,18 @@ const DefaultFileDebounce = 50 * time.Millisecond
 // the control plane of updates.
 const fileMaxDelayFactor = 10
 
+// DefaultFileWriterWait is how long FileSource waits, after the last write
+// to a file written in place, for the writer to close it before reading
+// it anyway (Linux only; docs/file-source.md, "Files written in place").
+// A writer that pauses mid-file, to compute or fetch the rest, must not
+// have its first half published: the clusters missing from it would be
+// withdrawn from every client, and their endpoints would fade in again
+// when they came back. 30 s outlasts the pauses of a writer that is merely
+// slow (a script printing as it queries an API, behind retries); one that
+// holds the file open and idle longer still (none of the usual tools do)
+// gets its file read as it stands, with a warning, rather than never.
+const DefaultFileWriterWait = 30 * time.Second
+
 // fileConfigMapData is the symlink the kubelet swaps atomically when a
 // mounted ConfigMap changes; the file itself is a symlink through it and
 // sees no event of its own.
@@ -85,8 +97,10 @@ type FileSource struct {
 	log      *zap.Logger
 	debounce time.Duration
 	maxSize  int64
-	reloads  *prometheus.CounterVec
-	problems prometheus.Gauge
+	// writerWait is DefaultFileWriterWait, shorter in tests.
+	writerWait time.Duration
+	reloads    *prometheus.CounterVec
+	problems   prometheus.Gauge
 
 	mu sync.Mutex
 	// good is the last valid state, FirstSeen assigned; nil until the first
@@ -138,10 +152,11 @@ func fileNewSource(name string, opts FileOptions) (*FileSource, error) {
 		return nil, fmt.Errorf("file source: maximum size %d is negative", opts.MaxSize)
 	}
 	s := &FileSource{
-		name:     name,
-		log:      opts.Logger,
-		debounce: opts.Debounce,
-		maxSize:  cmp.Or(opts.MaxSize, DefaultFileMaxSize),
+		name:       name,
+		log:        opts.Logger,
+		debounce:   opts.Debounce,
+		maxSize:    cmp.Or(opts.MaxSize, DefaultFileMaxSize),
+		writerWait: DefaultFileWriterWait,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -203,9 +218,11 @@ func (s *FileSource) Load() (model.State, error) {
 }
 
 // Run publishes the current state, then, for a file, every valid change to
-// it until ctx is done; it returns nil then. While the file is invalid or
-// missing it keeps the last good state and reports the problem in Problems,
-// the log and the metrics. Run fails only if the file's directory cannot be
+// it until ctx is done; it returns nil then. On Linux, a file written in
+// place is read only once its writer has closed it (see
+// DefaultFileWriterWait). While the file is invalid or missing it keeps
+// the last good state and reports the problem in Problems, the log and the
+// metrics. Run fails only if the file's directory cannot be
 // watched, or if in-memory content is invalid (waiting cannot fix it).
 func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	if s.path == "" {
@@ -231,6 +248,13 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("file source: watch directory %s: %w", dir, err)
 	}
+	writers, err := fileWatchWriters(dir, filepath.Base(s.path))
+	if err != nil {
+		// Reloads still work; only a writer's pauses go unseen.
+		s.log.Warn("cannot follow the file's writers; a file written in place may be read before its writer is done",
+			zap.Error(err))
+	}
+	defer writers.Close()
 
 	// The watch is in place before this read, so no change after it is
 	// missed; a change between Load and now is picked up here.
@@ -247,8 +271,14 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var pending bool
+	var pending, waiting bool
 	var first time.Time
+	// debounce (re)arms the timer for a quiet period, but never beyond
+	// the cap after the first event of the burst.
+	debounce := func(now time.Time) {
+		wait := min(s.debounce, first.Add(fileMaxDelayFactor*s.debounce).Sub(now))
+		timer.Reset(max(wait, 0))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -271,10 +301,12 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			if !pending {
 				pending, first = true, now
 			}
-			// Wait for a quiet period, but never longer than the cap after
-			// the first event of the burst.
-			wait := min(s.debounce, first.Add(fileMaxDelayFactor*s.debounce).Sub(now))
-			timer.Reset(max(wait, 0))
+			debounce(now)
+		case <-writers.Closed():
+			// The file a reload was waiting on is complete.
+			if pending {
+				debounce(time.Now())
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("file source: watcher closed unexpectedly")
@@ -287,7 +319,22 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			}
 			timer.Reset(s.debounce)
 		case <-timer.C:
-			pending = false
+			if last, writing := writers.Writing(); writing {
+				// Written in place and not yet closed: the file may stop
+				// half-way, and a half that parses would be published.
+				if wait := time.Until(last.Add(s.writerWait)); wait > 0 {
+					if !waiting {
+						waiting = true
+						s.log.Info("the endpoints file is being written in place; waiting for the writer to close it",
+							zap.Time("last_write", last))
+					}
+					timer.Reset(wait)
+					continue
+				}
+				s.log.Warn("the endpoints file is held open for writing but idle for too long; reading it as it stands, possibly half-written: write the file elsewhere and rename it into place",
+					zap.Time("last_write", last), zap.Duration("wait", s.writerWait))
+			}
+			pending, waiting = false, false
 			st, err := s.reload(first)
 			if err != nil {
 				continue

@@ -92,8 +92,17 @@ func TestFileOverTheSizeLimitIsRefusedUnread(t *testing.T) {
 	fileExpectPorts(t, r.next(t), 80)
 
 	// A sparse file one byte over the limit: reading it whole would
-	// allocate 16 MiB and parsing it far more.
-	if err := os.Truncate(path, watch.DefaultFileMaxSize+1); err != nil {
+	// allocate 16 MiB and parsing it far more. It is extended through an
+	// open descriptor, as truncate(1) does; truncate(2) on the path would
+	// be a write never closed (see TestFileHeldOpenPastTheWaitIsReadAsItStands).
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(watch.DefaultFileMaxSize + 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	ps := r.waitProblems(t, func(ps []watch.Problem) bool { return len(ps) > 0 })

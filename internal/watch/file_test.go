@@ -70,8 +70,8 @@ func fileStart(t *testing.T, path string, debounce time.Duration) *fileRun {
 }
 
 // fileStartWith runs a FileSource with opts, its Logger and Registerer
-// replaced by the test's.
-func fileStartWith(t *testing.T, path string, opts watch.FileOptions) *fileRun {
+// replaced by the test's, after passing it to each of setup.
+func fileStartWith(t *testing.T, path string, opts watch.FileOptions, setup ...func(*watch.FileSource)) *fileRun {
 	t.Helper()
 	r := &fileRun{reg: prometheus.NewRegistry(), published: make(chan model.State, 100), done: make(chan error, 1)}
 	core, logs := observer.New(zap.DebugLevel)
@@ -83,6 +83,9 @@ func fileStartWith(t *testing.T, path string, opts watch.FileOptions) *fileRun {
 		t.Fatal(err)
 	}
 	r.src = src
+	for _, f := range setup {
+		f(src)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { r.done <- src.Run(ctx, func(s model.State) { r.published <- s }) }()
 	t.Cleanup(func() {
