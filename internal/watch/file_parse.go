@@ -589,49 +589,48 @@ func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
 // must say which is meant.
 func (p *fileParser) addresses(c *model.Cluster, written []string, l fileClusterLocs, prefix string) map[string]bool {
 	reported := map[string]bool{}
-	type first struct {
-		index   int
-		written string
-	}
 	type hostPort struct {
 		addr netip.Addr
 		port uint32
 	}
-	seen := map[hostPort]first{}
+	// The first endpoint with each address and port, by index. The paths
+	// and lines are built only for errors: every reload of a large file
+	// runs this for every endpoint.
+	seen := make(map[hostPort]int, len(c.Endpoints))
+	addressError := func(j int, format string, args ...any) {
+		field := fmt.Sprintf("endpoints[%d].address", j)
+		p.errorf(l.lookup(field), prefix+"."+field, c.Name, format, args...)
+		reported[field] = true
+	}
 	for j, ep := range c.Endpoints {
-		rel := fmt.Sprintf("endpoints[%d]", j)
-		field := rel + ".address"
-		at := l.lookup(field)
 		addr, err := netip.ParseAddr(ep.Address)
 		if err != nil {
 			if msg := fileAddressProblem(written[j]); msg != "" {
-				p.errorf(at, prefix+"."+field, c.Name, "%s", msg)
-				reported[field] = true
+				addressError(j, "%s", msg)
 			}
 			continue
 		}
 		switch {
 		case addr.Zone() != "":
-			p.errorf(at, prefix+"."+field, c.Name, "%q has an IPv6 zone (%%%s), which names a network interface of one host; the address is published to data planes on other hosts: write it without the zone", written[j], addr.Zone())
-			reported[field] = true
+			addressError(j, "%q has an IPv6 zone (%%%s), which names a network interface of one host; the address is published to data planes on other hosts: write it without the zone", written[j], addr.Zone())
 			continue
 		case addr.Is4In6():
-			p.errorf(at, prefix+"."+field, c.Name, "%q is an IPv4-mapped IPv6 address: write it as %s, since the two spellings reach one pod under two different ring keys", written[j], addr.Unmap())
-			reported[field] = true
+			addressError(j, "%q is an IPv4-mapped IPv6 address: write it as %s, since the two spellings reach one pod under two different ring keys", written[j], addr.Unmap())
 			continue
 		}
 		key := hostPort{addr, ep.Port}
-		f, dup := seen[key]
+		i, dup := seen[key]
 		if !dup {
-			seen[key] = first{index: j, written: written[j]}
+			seen[key] = j
 			continue
 		}
-		line := l.lookup(fmt.Sprintf("endpoints[%d]", f.index)).Line
-		if f.written == written[j] {
-			p.errorf(l.lookup(rel), prefix+"."+rel, c.Name, "duplicates endpoints[%d] (%s) on line %d", f.index, ep.HostPort(), line)
+		rel := fmt.Sprintf("endpoints[%d]", j)
+		line := l.lookup(fmt.Sprintf("endpoints[%d]", i)).Line
+		if written[i] == written[j] {
+			p.errorf(l.lookup(rel), prefix+"."+rel, c.Name, "duplicates endpoints[%d] (%s) on line %d", i, ep.HostPort(), line)
 		} else {
 			p.errorf(l.lookup(rel), prefix+"."+rel, c.Name, "duplicates endpoints[%d] (%s) on line %d: %q here and %q there are one address, published as %s",
-				f.index, ep.HostPort(), line, written[j], f.written, ep.Address)
+				i, ep.HostPort(), line, written[j], written[i], ep.Address)
 		}
 		reported[rel] = true
 	}
