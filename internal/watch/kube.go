@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,10 @@ type KubeSource struct {
 	pendingSince time.Time
 	problems     []Problem
 	running      bool
+
+	// problemSince is when each current problem was first seen. Only the
+	// loop in Run reads or writes it.
+	problemSince map[kubeProblemKey]time.Time
 }
 
 var _ Source = (*KubeSource)(nil)
@@ -353,45 +358,65 @@ func (s *KubeSource) kubeWatchError(_ context.Context, r *cache.Reflector, err e
 	s.log.Warn("watch interrupted; the informer retries and the last state stays in force", zap.String("reflector", r.TypeDescription()), zap.Error(err))
 }
 
+// kubeLoggedProblems bounds how many newly found problems one rebuild logs
+// one by one; the rest are summed up in one line. One mistake can surface
+// as tens of thousands of problems (a slice writer gone wrong across a
+// cluster), and logging each would flood the log and hold up the loop.
+// Every problem is still counted in the metrics and listed by Problems.
+const kubeLoggedProblems = 20
+
+// kubeProblemKey identifies a problem across rebuilds.
+type kubeProblemKey struct{ object, field, message string }
+
 // kubeSetProblems replaces the current problems, keeping the Since time of
-// those that persist, and logs and counts the new ones.
+// those that persist, and logs and counts the new ones. Only the loop calls
+// it; the lock is held just to swap the list, so Problems (the debug page)
+// never waits for the diff, the sort or the logging.
 func (s *KubeSource) kubeSetProblems(found []kubeProblem, now time.Time) {
-	type key struct{ object, field, message string }
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := make(map[key]time.Time, len(s.problems))
-	for _, p := range s.problems {
-		prev[key{p.Object, p.Field, p.Message}] = p.Since
-	}
+	prev := s.problemSince
+	since := make(map[kubeProblemKey]time.Time, len(found))
 	out := make([]Problem, 0, len(found))
-	seen := make(map[key]bool, len(found))
+	var fresh []kubeProblem
 	for _, f := range found {
-		k := key{f.Object, f.Field, f.Message}
-		if seen[k] {
+		k := kubeProblemKey{f.Object, f.Field, f.Message}
+		if _, dup := since[k]; dup {
 			continue
 		}
-		seen[k] = true
 		p := f.Problem
-		if since, ok := prev[k]; ok {
-			p.Since = since
+		if t, ok := prev[k]; ok {
+			p.Since = t
 		} else {
 			p.Since = now
-			s.metrics.problems.WithLabelValues(f.kind).Inc()
-			s.log.Warn("rejected kubernetes input", zap.String("object", p.Object), zap.String("field", p.Field), zap.String("problem", p.Message))
+			fresh = append(fresh, f)
 		}
+		since[k] = p.Since
 		out = append(out, p)
 	}
-	slices.SortStableFunc(out, func(a, b Problem) int {
-		if c := a.Since.Compare(b.Since); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Object, b.Object); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Field, b.Field)
+	slices.SortFunc(out, func(a, b Problem) int {
+		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Object, b.Object),
+			strings.Compare(a.Field, b.Field), strings.Compare(a.Message, b.Message))
 	})
+	s.problemSince = since
+
+	s.mu.Lock()
 	s.problems = out
+	s.mu.Unlock()
 	s.metrics.activeProblems.Set(float64(len(out)))
+
+	byKind := map[string]int{}
+	for i, f := range fresh {
+		byKind[f.kind]++
+		if i < kubeLoggedProblems {
+			s.log.Warn("rejected kubernetes input", zap.String("object", f.Object), zap.String("field", f.Field), zap.String("problem", f.Message))
+		}
+	}
+	for kind, n := range byKind {
+		s.metrics.problems.WithLabelValues(kind).Add(float64(n))
+	}
+	if n := len(fresh) - kubeLoggedProblems; n > 0 {
+		s.log.Warn("more rejected kubernetes input; Problems() and /debug/problems list it all",
+			zap.Int("not_logged", n), zap.Int("new", len(fresh)), zap.Int("current", len(out)))
+	}
 }
 
 // kubeSliceServiceKey indexes a slice under "namespace/service".
