@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -190,6 +191,7 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 
 	b := kubeNewBuilder()
 	var last *model.State
+	var wasDraining map[string]bool
 	rebuild := func(reason string) time.Time {
 		s.mu.Lock()
 		changedAt := s.pendingSince
@@ -213,6 +215,8 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 		s.metrics.rebuilds.Inc()
 		s.metrics.rebuildSeconds.Observe(time.Since(start).Seconds())
 		s.kubeSetProblems(problems, start)
+		s.kubeLogDraining(wasDraining, b.draining)
+		wasDraining = b.draining
 
 		if err := state.Normalize(); err != nil {
 			// build validates everything it emits; reaching this is a bug,
@@ -356,6 +360,23 @@ func (s *KubeSource) kubeSliceHandler(svcs listersv1.ServiceLister) cache.Resour
 func (s *KubeSource) kubeWatchError(_ context.Context, r *cache.Reflector, err error) {
 	s.metrics.watchErrors.Inc()
 	s.log.Warn("watch interrupted; the informer retries and the last state stays in force", zap.String("reflector", r.TypeDescription()), zap.Error(err))
+}
+
+// kubeLogDraining logs the clusters that start or stop being served from
+// terminating endpoints only, the fallback an operator wants to know about
+// during a rollout, and sets the gauge.
+func (s *KubeSource) kubeLogDraining(was, now map[string]bool) {
+	for _, name := range slices.Sorted(maps.Keys(now)) {
+		if !was[name] {
+			s.log.Info("serving terminating endpoints: no other endpoint of the Service is serving", zap.String("cluster", name))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(was)) {
+		if !now[name] {
+			s.log.Info("no longer serving terminating endpoints", zap.String("cluster", name))
+		}
+	}
+	s.metrics.drainingClusters.Set(float64(len(now)))
 }
 
 // kubeLoggedProblems bounds how many newly found problems one rebuild logs

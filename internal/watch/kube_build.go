@@ -49,6 +49,10 @@ type kubeBuilder struct {
 	// departed maps cluster name -> the endpoints that left it while a fade
 	// was under way, kept until the cluster's last fade is over.
 	departed map[string][]model.Departure
+	// draining names the clusters the last build served from terminating
+	// endpoints because none other was serving (kubeEndpoints). It is
+	// output, for logs and metrics, and is not carried between builds.
+	draining map[string]bool
 }
 
 func kubeNewBuilder() *kubeBuilder {
@@ -88,6 +92,7 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		next     time.Time
 		live     = make(map[string]bool)
 	)
+	b.draining = make(map[string]bool)
 	for _, svc := range services {
 		key := svc.Namespace + "/" + svc.Name
 		name := KubeClusterName(svc.Namespace, svc.Name)
@@ -132,7 +137,10 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			continue
 		}
 
-		eps, slicesProblems := kubeEndpoints(svc, resolved.portName, slicesOf(svc.Namespace, svc.Name))
+		eps, draining, slicesProblems := kubeEndpoints(svc, resolved.portName, slicesOf(svc.Namespace, svc.Name))
+		if draining {
+			b.draining[name] = true
+		}
 		for _, p := range slicesProblems {
 			report("endpointslice", p.object, p.field, "%s", p.msg)
 		}
@@ -271,18 +279,23 @@ type kubeSliceProblem struct {
 	object, field, msg string
 }
 
-// kubeEndpoints is the deduplicated union of the ready endpoints of all
+// kubeEndpoints is the deduplicated union of the serving endpoints of all
 // slices of svc, on the slice port named portName, sorted by address and
 // port. Slices are read in name order so duplicates resolve the same way in
 // every replica.
-func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.EndpointSlice) ([]kubeEndpoint, []kubeSliceProblem) {
+//
+// An endpoint joins when it is serving and not terminating (kubeAdmit).
+// When no endpoint of the Service qualifies, the serving endpoints that are
+// terminating join instead, as kube-proxy does (KEP-1669): draining is then
+// true. The fallback is per Service, as a rollout is.
+func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.EndpointSlice) (eps []kubeEndpoint, draining bool, problems []kubeSliceProblem) {
 	all = slices.Clone(all)
 	slices.SortFunc(all, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	family := kubeFamily(svc, all)
 	var (
-		out      []kubeEndpoint
-		problems []kubeSliceProblem
-		seen     = make(map[string]bool)
+		ready, terminating []kubeEndpoint
+		seen               = make(map[string]bool)
+		seenTerminating    = make(map[string]bool)
 	)
 	for _, sl := range all {
 		obj := sl.Namespace + "/" + sl.Name
@@ -317,10 +330,8 @@ func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.Endp
 		}
 		changed := kubeSliceChangeTime(sl)
 		for i, e := range sl.Endpoints {
-			// ready is unset when the publisher does not know: count it as
-			// ready, as kube-proxy does. Terminating endpoints have ready
-			// false; the explicit check guards hand-written slices.
-			if !kubePtrOr(e.Conditions.Ready, true) || kubePtrOr(e.Conditions.Terminating, false) {
+			admit, fallback := kubeAdmit(e.Conditions)
+			if !admit && !fallback {
 				continue
 			}
 			field := fmt.Sprintf("endpoints[%d].addresses", i)
@@ -335,24 +346,58 @@ func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.Endp
 				problems = append(problems, kubeSliceProblem{obj, field, fmt.Sprintf("%q is not an %s address; the endpoint is skipped", e.Addresses[0], family)})
 				continue
 			}
-			ep := model.Endpoint{
+			ep := kubeEndpoint{ep: model.Endpoint{
 				Address: addr.String(),
 				Port:    uint32(*port.Port),
 				Scheme:  scheme,
 				Zone:    kubePtrOr(e.Zone, ""),
-			}
-			if hp := ep.HostPort(); !seen[hp] {
+			}, changed: changed}
+			hp := ep.ep.HostPort()
+			switch {
+			case admit && !seen[hp]:
 				seen[hp] = true
-				out = append(out, kubeEndpoint{ep: ep, changed: changed})
+				ready = append(ready, ep)
+			case fallback && !seenTerminating[hp]:
+				seenTerminating[hp] = true
+				terminating = append(terminating, ep)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b kubeEndpoint) int {
+	eps = ready
+	if len(eps) == 0 && len(terminating) > 0 {
+		eps, draining = terminating, true
+	}
+	slices.SortFunc(eps, func(a, b kubeEndpoint) int {
 		x, _ := netip.ParseAddr(a.ep.Address)
 		y, _ := netip.ParseAddr(b.ep.Address)
 		return cmp.Or(x.Compare(y), cmp.Compare(a.ep.Port, b.ep.Port))
 	})
-	return out, problems
+	return eps, draining, problems
+}
+
+// kubeAdmit reads an endpoint's conditions: admit when it joins the ring,
+// draining when it may join only as a fallback (kubeEndpoints).
+//
+// Serving, not ready, decides: a Service with publishNotReadyAddresses has
+// the EndpointSlice controller write ready=true for every Pod, ready or
+// not, while serving keeps the Pod's real readiness. A publisher that
+// leaves serving unset (older controllers, hand-written slices) is read by
+// ready, and an unset ready means "unknown", which counts as ready, as
+// kube-proxy counts it. Terminating endpoints leave the ring while any
+// other endpoint serves: the Pod is going away, and its keys should move
+// while it still answers in-flight requests, not after.
+func kubeAdmit(c discoveryv1.EndpointConditions) (admit, draining bool) {
+	serving := kubePtrOr(c.Ready, true)
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	if !serving {
+		return false, false
+	}
+	if kubePtrOr(c.Terminating, false) {
+		return false, true
+	}
+	return true, false
 }
 
 // kubeFamily picks the one address family whose endpoints join the ring. A

@@ -14,9 +14,11 @@ type kubeMetrics struct {
 	rebuildSeconds prometheus.Histogram
 	publishes      prometheus.Counter
 	clusters       prometheus.Gauge
-	problems       *prometheus.CounterVec
-	activeProblems prometheus.Gauge
-	watchErrors    prometheus.Counter
+	// drainingClusters counts clusters served from terminating endpoints.
+	drainingClusters prometheus.Gauge
+	problems         *prometheus.CounterVec
+	activeProblems   prometheus.Gauge
+	watchErrors      prometheus.Counter
 }
 
 func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
@@ -42,6 +44,10 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 			Name: "ringxds_kube_clusters",
 			Help: "Clusters in the last published State.",
 		}),
+		drainingClusters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringxds_kube_draining_clusters",
+			Help: "Clusters in the last build served from terminating endpoints, because no other endpoint of the Service was serving.",
+		}),
 		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringxds_kube_problems_total",
 			Help: "Input problems first seen, by kind (annotation, endpointslice).",
@@ -61,7 +67,7 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.problems, m.activeProblems, m.watchErrors} {
+	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.drainingClusters, m.problems, m.activeProblems, m.watchErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

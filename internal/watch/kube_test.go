@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -399,6 +400,85 @@ func TestKubeSource(t *testing.T) {
 		if got := r.rec.count() - n; got != 1 {
 			t.Fatalf("%d states published for the removal and the addition, want 1 (identical states are not republished)", got)
 		}
+	})
+
+	t.Run("AllTerminatingFallsBackToServing", func(t *testing.T) {
+		// A one-replica Deployment whose Pod is replaced (deleted, evicted,
+		// or rolled with maxSurge 0): the old Pod terminates while still
+		// serving, and its replacement is not ready yet. kube-proxy keeps
+		// sending to the serving terminating Pod (KEP-1669); so does the
+		// ring, until the replacement is ready.
+		ns := env.Namespace(t)
+		kubeCreateService(t, c, ns, "one", kubeOptIn(nil))
+		kubeCreateService(t, c, ns, "other", kubeOptIn(nil))
+		yes, no := true, false
+		old := kubeEP("10.11.0.1")
+		sl := kubeSlice(ns, "one", "one-a", v4, "http", 8080, []discoveryv1.Endpoint{old})
+		kubeApplySlice(t, c, sl)
+		// Another Service with a terminating endpoint among ready ones: the
+		// fallback is per Service and does not apply there.
+		otherSlice := kubeSlice(ns, "other", "other-a", v4, "http", 8080, kubeReadyEPs("10.11.1.1", "10.11.1.2"))
+		otherSlice.Endpoints[1].Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}
+		kubeApplySlice(t, c, otherSlice)
+		r := kubeStartSource(t, c, KubeOptions{Namespace: ns})
+		one, other := KubeClusterName(ns, "one"), KubeClusterName(ns, "other")
+		r.rec.waitFor(t, "the old pod", kubeHasAddrs(one, "10.11.0.1:8080"))
+
+		// What the EndpointSlice controller writes: the old Pod ready=false,
+		// serving=true, terminating=true; the new one not ready.
+		old.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}
+		replacement := kubeEP("10.11.0.2")
+		replacement.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &no}
+		sl.Endpoints = []discoveryv1.Endpoint{old, replacement}
+		kubeApplySlice(t, c, sl)
+		// A follow-up write proves the first one was processed: nothing
+		// about "one" changed, so its cluster must still be there.
+		otherSlice.Endpoints = append(otherSlice.Endpoints, kubeEP("10.11.1.3"))
+		kubeApplySlice(t, c, otherSlice)
+		s := r.rec.waitFor(t, "the other Service's new endpoint", kubeHasAddrs(other, "10.11.1.1:8080", "10.11.1.3:8080"))
+		if got := kubeAddrs(s, one); !reflect.DeepEqual(got, []string{"10.11.0.1:8080"}) {
+			t.Fatalf("with every endpoint terminating the cluster holds %v, want the serving terminating pod", got)
+		}
+		if got := testutil.ToFloat64(r.src.metrics.drainingClusters); got != 1 {
+			t.Fatalf("ringxds_kube_draining_clusters = %v, want 1", got)
+		}
+
+		// The replacement turns ready: the terminating Pod leaves at once.
+		replacement.Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}
+		sl.Endpoints = []discoveryv1.Endpoint{old, replacement}
+		kubeApplySlice(t, c, sl)
+		r.rec.waitFor(t, "the ready replacement only", kubeHasAddrs(one, "10.11.0.2:8080"))
+		if got := testutil.ToFloat64(r.src.metrics.drainingClusters); got != 0 {
+			t.Fatalf("ringxds_kube_draining_clusters = %v, want 0", got)
+		}
+
+		// A terminating Pod that stops serving is not a fallback: with
+		// nothing serving the Service is withdrawn.
+		old.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &yes}
+		replacement.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &no}
+		sl.Endpoints = []discoveryv1.Endpoint{old, replacement}
+		kubeApplySlice(t, c, sl)
+		r.rec.waitFor(t, "the Service to be withdrawn", kubeAbsent(one))
+		kubeNoProblem(t, r.src)
+	})
+
+	t.Run("ServingDecidesNotReady", func(t *testing.T) {
+		// publishNotReadyAddresses: the controller writes ready=true for
+		// every Pod, ready or not; serving keeps the Pod's readiness.
+		ns := env.Namespace(t)
+		kubeCreateService(t, c, ns, "pub", kubeOptIn(nil))
+		kubeUpdateService(t, c, ns, "pub", func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true })
+		yes, no := true, false
+		eps := kubeReadyEPs("10.12.0.1", "10.12.0.2", "10.12.0.3", "10.12.0.4", "10.12.0.5")
+		eps[0].Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}
+		eps[1].Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &no, Terminating: &no} // unready Pod
+		eps[2].Conditions = discoveryv1.EndpointConditions{Ready: &no}                                  // serving unset: read ready
+		eps[3].Conditions = discoveryv1.EndpointConditions{}                                            // all unknown: ready
+		eps[4].Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &yes}
+		kubeApplySlice(t, c, kubeSlice(ns, "pub", "pub-a", v4, "http", 8080, eps))
+		r := kubeStartSource(t, c, KubeOptions{Namespace: ns})
+		r.rec.waitFor(t, "only the serving, non-terminating endpoints", kubeHasAddrs(KubeClusterName(ns, "pub"), "10.12.0.1:8080", "10.12.0.4:8080"))
+		kubeNoProblem(t, r.src)
 	})
 
 	t.Run("BadAnnotationKeepsPreviousSettings", func(t *testing.T) {
