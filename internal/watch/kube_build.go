@@ -425,9 +425,9 @@ func kubeFamily(svc *corev1.Service, all []*discoveryv1.EndpointSlice) discovery
 
 // kubeDepartureTime is when endpoints missing from a Service's slices at
 // now left: the latest change Kubernetes recorded on its slices (the
-// removal updated one of them), so that replicas agree, moved into the
-// window kubeFadeTime allows. A removal that deleted its slice leaves no
-// trace; then it counts from now-fadein.FreezeLag.
+// removal updated one of them), put on the fade step grid by kubeFadeTime
+// as a start is. A removal that deleted its slice leaves no trace; then it
+// counts from the earliest step the grid allows at now.
 func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.Time {
 	var latest time.Time
 	for _, sl := range slices {
@@ -438,41 +438,61 @@ func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.
 	return kubeFadeTime(latest, now)
 }
 
-// kubeFadeTime moves a recorded change into [now-fadein.FreezeLag, now]:
-// the fade-in plan trusts a start or a departure to be learned within that
-// lag and not to lie ahead of the clock, so one seen later, or stamped by a
-// clock ahead of ours, counts from the nearest end of the window.
-func kubeFadeTime(changed, now time.Time) time.Time {
-	if earliest := now.Add(-fadein.FreezeLag); changed.Before(earliest) {
+// kubeFadeTime is the fade start (or departure) for a change Kubernetes
+// recorded at recorded and this replica builds at now: the whole second
+// (fade step, fadein.StepTime) of the recorded time.
+//
+// Every replica reads the same recorded time from the same object version,
+// and the fade steps fall on whole wall-clock seconds anyway, so replicas
+// that learn of the change on time publish the same start, to the
+// nanosecond, however far apart they build. "On time" is what the fade-in
+// plan needs: it keeps what it may have published before it learned of an
+// endpoint only for fadein.FreezeLag after the start's step (docs/fade-in.md,
+// "Starts at different times"). A replica whose step at now is later than
+// that (a slow informer, a reconnect, a write recorded more than about 2 s
+// before the replica sees it) starts the fade FreezeLag before its own
+// step instead, and a time stamped ahead of its clock counts from its own
+// step; both still on the grid, so such replicas agree with each other
+// when they build within one second.
+func kubeFadeTime(recorded, now time.Time) time.Time {
+	t, step := fadein.StepTime(recorded), fadein.StepTime(now)
+	if earliest := step.Add(-fadein.FreezeLag); t.Before(earliest) {
 		return earliest
 	}
-	if changed.After(now) {
-		return now
+	if t.After(step) {
+		return step
 	}
-	return changed
+	return t
 }
 
-// kubeSliceChangeTime is the time Kubernetes records for the slice's latest
-// change, the same in every replica: the EndpointSlice controller's
-// last-change-trigger-time (when the Pod change happened), else the newest
-// managedFields time (when the API server stored the write), else the
-// creation time.
+// kubeSliceChangeTime is the time Kubernetes recorded for the slice's
+// latest change, the same in every replica: the newest managedFields time,
+// which the API server stamps on each write that changes a field (whole
+// seconds: the API does not carry more); else the EndpointSlice
+// controller's last-change-trigger-time; else the creation time.
+//
+// The write time comes first although the trigger time (when the Pod
+// changed) is earlier and finer: a replica cannot learn of a change before
+// it is written, and in a rollout the controller often writes more than
+// 2 s after the trigger, so a trigger-based start would fall before the
+// window kubeFadeTime allows and be moved by each replica's own clock.
+// The write time stays inside it whenever the replica learns on time.
 func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
-	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			return t.UTC()
-		}
-	}
 	var t time.Time
 	for _, m := range sl.ManagedFields {
 		if m.Time != nil && m.Time.After(t) {
 			t = m.Time.Time
 		}
 	}
-	if t.IsZero() {
-		t = sl.CreationTimestamp.Time
+	if !t.IsZero() {
+		return t.UTC()
 	}
-	return t.UTC()
+	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC()
+		}
+	}
+	return sl.CreationTimestamp.UTC()
 }
 
 func kubePtrOr[T any](p *T, def T) T {

@@ -277,7 +277,7 @@ func TestKubeBuildNoDeparturesWithoutFadeIn(t *testing.T) {
 
 // TestKubeBuildDepartureTimeFromSlices: a departure is dated by the slice
 // change Kubernetes recorded, so replicas that build at different moments
-// agree, moved into [now-fadein.FreezeLag, now] as a start is.
+// agree, put on the fade step grid as a start is (kubeFadeTime).
 func TestKubeBuildDepartureTimeFromSlices(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	joined := t0.Add(time.Hour)
@@ -303,5 +303,54 @@ func TestKubeBuildDepartureTimeFromSlices(t *testing.T) {
 				t.Fatalf("Departed %+v, want 10.0.0.2 gone at %v", d, tc.want)
 			}
 		})
+	}
+}
+
+// TestKubeFadeTime: replicas that build a recorded change at any moment up
+// to FreezeLag after its step agree on its start; a replica later than
+// that, or one whose clock is behind, uses its own step, still on the grid.
+func TestKubeFadeTime(t *testing.T) {
+	written := time.Date(2026, 1, 1, 12, 0, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name            string
+		recorded, built time.Time
+		want            time.Time
+	}{
+		{"built at once", written, written.Add(100 * time.Millisecond), written},
+		{"built in the next second", written, written.Add(1900 * time.Millisecond), written},
+		{"built just before the window closes", written, written.Add(2999 * time.Millisecond), written},
+		{"a trigger time within the second", written.Add(700 * time.Millisecond), written.Add(2 * time.Second), written},
+		{"learned late", written, written.Add(3 * time.Second), written.Add(time.Second)},
+		{"learned much later", written, written.Add(time.Hour + 400*time.Millisecond), written.Add(time.Hour - fadein.FreezeLag)},
+		{"recorded ahead of our clock", written, written.Add(-300 * time.Millisecond), written.Add(-time.Second)},
+		{"nothing recorded", time.Time{}, written.Add(300 * time.Millisecond), written.Add(-fadein.FreezeLag)},
+	} {
+		if got := kubeFadeTime(tc.recorded, tc.built); !got.Equal(tc.want) {
+			t.Errorf("%s: kubeFadeTime(%v, %v) = %v, want %v", tc.name, tc.recorded, tc.built, got, tc.want)
+		}
+	}
+}
+
+// TestKubeSliceChangeTime: the API server's write time wins over the
+// controller's trigger time, which is a fallback, as the creation time is.
+func TestKubeSliceChangeTime(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 1, 1, 11, 0, 0, 0, time.UTC))
+	trigger := time.Date(2026, 1, 1, 12, 0, 0, 123, time.UTC)
+	w1, w2 := metav1.NewTime(trigger.Add(-time.Minute).Truncate(time.Second)), metav1.NewTime(trigger.Add(3*time.Second).Truncate(time.Second))
+	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
+		CreationTimestamp: created,
+		Annotations:       map[string]string{corev1.EndpointsLastChangeTriggerTime: trigger.Format(time.RFC3339Nano)},
+		ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "a", Time: &w2}, {Manager: "b", Time: &w1}},
+	}}
+	if got := kubeSliceChangeTime(sl); !got.Equal(w2.Time) {
+		t.Fatalf("with managedFields: %v, want the newest write %v", got, w2.Time)
+	}
+	sl.ManagedFields = nil
+	if got := kubeSliceChangeTime(sl); !got.Equal(trigger) {
+		t.Fatalf("without managedFields: %v, want the trigger time %v", got, trigger)
+	}
+	sl.Annotations = nil
+	if got := kubeSliceChangeTime(sl); !got.Equal(created.Time) {
+		t.Fatalf("with neither: %v, want the creation time %v", got, created.Time)
 	}
 }

@@ -481,6 +481,8 @@ func TestKubeSource(t *testing.T) {
 		kubeNoProblem(t, r.src)
 	})
 
+	t.Run("LateChangeSameFadeOnEveryReplica", func(t *testing.T) { kubeTestLateChangeSameFade(t, env) })
+
 	t.Run("BadAnnotationKeepsPreviousSettings", func(t *testing.T) {
 		ns := env.Namespace(t)
 		kubeCreateService(t, c, ns, "cfg", kubeOptIn(map[string]string{AnnotationLBPolicy: "maglev"}))
