@@ -37,6 +37,17 @@ const (
 	// AnnotationPort picks the Service port, by name or number, whose
 	// endpoints join the ring. It may be omitted when the Service has one port.
 	AnnotationPort = "ringxds.io/port"
+	// AnnotationHashKey names what an endpoint is hashed under instead of
+	// its address: "hostname" (the EndpointSlice hostname, which a
+	// StatefulSet Pod keeps across restarts) or "pod-name" (the name of the
+	// Pod the endpoint refers to). Absent: the address.
+	AnnotationHashKey = "ringxds.io/hash-key"
+)
+
+// Values of AnnotationHashKey.
+const (
+	KubeHashKeyHostname = "hostname"
+	KubeHashKeyPodName  = "pod-name"
 )
 
 // kubeSettings is what a Service's annotations describe, before the port is
@@ -50,6 +61,9 @@ type kubeSettings struct {
 	fadeIn      *model.FadeIn
 	// port is the annotation value verbatim; empty means "the only port".
 	port string
+	// hashKey is KubeHashKeyHostname, KubeHashKeyPodName or empty (the
+	// address).
+	hashKey string
 }
 
 // kubeAnnotationError is a problem with one annotation of a Service.
@@ -125,6 +139,13 @@ func kubeParseSettings(svc *corev1.Service) (kubeSettings, []kubeAnnotationError
 		s.port = strings.TrimSpace(v)
 		if s.port == "" {
 			bad(AnnotationPort, "must not be empty")
+		}
+	}
+	if v, ok := a[AnnotationHashKey]; ok {
+		switch s.hashKey = strings.TrimSpace(v); s.hashKey {
+		case KubeHashKeyHostname, KubeHashKeyPodName:
+		default:
+			bad(AnnotationHashKey, "%q: want %q or %q", v, KubeHashKeyHostname, KubeHashKeyPodName)
 		}
 	}
 	if len(errs) > 0 {
