@@ -3,7 +3,6 @@ package watch
 import (
 	"cmp"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -26,26 +25,25 @@ type kubeProblem struct {
 	Problem
 }
 
-// kubeResolved is a Service's last valid settings with its port resolved.
-type kubeResolved struct {
-	settings kubeSettings
-	portName string
-}
-
 // kubeBuilder turns the informer caches into a model.State. It is owned by
 // the source's single loop and is not safe for concurrent use.
 //
-// Apart from two memories it is a pure function of the caches: lastGood (a
-// Service whose annotations go bad keeps its previous settings) and the
-// fade-in memory (which endpoints joined or left a cluster while this
-// process watched it; see docs/kubernetes.md for why that is deterministic
-// enough).
+// Apart from the fade-in memory (which endpoints joined or left a cluster
+// while this process watched it; see docs/kubernetes.md for why that is
+// deterministic enough) it is a pure function of the caches. In particular
+// a Service whose annotations are bad is not served, in every replica
+// alike: a memory of its last valid settings would not survive a restart,
+// and a replica started during the mistake would serve something else.
 type kubeBuilder struct {
-	lastGood map[string]kubeResolved
-	// joined maps cluster name -> host:port -> the endpoint as the last
-	// build emitted it, FirstSeen holding the time it joined (zero:
-	// established). A cluster present here has been served before.
+	// joined maps cluster name -> endpoint identity (kubeIdentity) -> the
+	// endpoint as the last build emitted it, FirstSeen holding the time it
+	// joined (zero: established). A cluster present here has been served
+	// before.
 	joined map[string]map[string]model.Endpoint
+	// hashKeyOf is the hash-key setting each served cluster's identities
+	// were taken under; when it changes, every identity does, and the
+	// cluster starts over as if seen for the first time.
+	hashKeyOf map[string]string
 	// departed maps cluster name -> the endpoints that left it while a fade
 	// was under way, kept until the cluster's last fade is over.
 	departed map[string][]model.Departure
@@ -57,9 +55,9 @@ type kubeBuilder struct {
 
 func kubeNewBuilder() *kubeBuilder {
 	return &kubeBuilder{
-		lastGood: make(map[string]kubeResolved),
-		joined:   make(map[string]map[string]model.Endpoint),
-		departed: make(map[string][]model.Departure),
+		joined:    make(map[string]map[string]model.Endpoint),
+		hashKeyOf: make(map[string]string),
+		departed:  make(map[string][]model.Departure),
 	}
 }
 
@@ -109,43 +107,28 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			report("annotation", key, AnnotationEnabled, "%q: want \"true\" or \"false\"", v)
 			continue
 		}
-		live[key] = true
-
-		resolved, ok := b.lastGood[key]
-		settings, errs := kubeParseSettings(svc)
-		var portName string
-		if len(errs) == 0 {
-			var err error
-			if portName, err = kubeResolvePort(svc, settings.port); err != nil {
-				errs = append(errs, kubeAnnotationError{annotation: AnnotationPort, msg: err.Error()})
-			}
-		}
-		if len(errs) == 0 {
-			resolved = kubeResolved{settings: settings, portName: portName}
-			b.lastGood[key] = resolved
-			ok = true
-		} else {
-			keep := "the Service is not served until this is fixed"
-			if ok {
-				keep = "the Service keeps its previous settings"
-			}
-			for _, e := range errs {
-				report("annotation", key, e.annotation, "%s; %s", e.msg, keep)
-			}
-		}
+		settings, portName, ok := kubeServiceSettings(svc, report)
 		if !ok {
+			// Forgotten, as a Service never opted in: a replica started
+			// now knows nothing of it either.
 			continue
 		}
+		live[key] = true
 
-		eps, draining, slicesProblems := kubeEndpoints(svc, resolved.portName, slicesOf(svc.Namespace, svc.Name))
+		eps, draining, slicesProblems := kubeEndpoints(svc, portName, settings.hashKey, slicesOf(svc.Namespace, svc.Name))
 		if draining {
 			b.draining[name] = true
 		}
 		for _, p := range slicesProblems {
 			report("endpointslice", p.object, p.field, "%s", p.msg)
 		}
-		c := resolved.settings.cluster(name, nil)
+		c := settings.cluster(name, nil)
 		known, served := b.joined[name]
+		if served && b.hashKeyOf[name] != settings.hashKey {
+			known, served = nil, false
+			delete(b.departed, name)
+		}
+		b.hashKeyOf[name] = settings.hashKey
 		if !served {
 			known = make(map[string]model.Endpoint, len(eps))
 			b.joined[name] = known
@@ -170,9 +153,9 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		for i := range eps {
 			e := &eps[i]
-			hp := e.ep.HostPort()
-			present[hp] = true
-			prev, seen := known[hp]
+			id := kubeIdentity(e.ep)
+			present[id] = true
+			prev, seen := known[id]
 			first := prev.FirstSeen
 			// Endpoints of a cluster seen for the first time are
 			// established; later arrivals fade in from the time
@@ -186,8 +169,8 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		var left []model.Departure
 		if c.FadeIn != nil {
 			gone := kubeDepartureTime(slicesOf(svc.Namespace, svc.Name), now)
-			for hp, ep := range known {
-				if !present[hp] {
+			for id, ep := range known {
+				if !present[id] {
 					left = append(left, model.Departure{Endpoint: ep, Gone: gone})
 					extend(ep.FirstSeen)
 				}
@@ -210,9 +193,9 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		} else {
 			delete(b.departed, name)
 		}
-		for hp := range known {
-			if !present[hp] {
-				delete(known, hp)
+		for id := range known {
+			if !present[id] {
+				delete(known, id)
 			}
 		}
 		for _, e := range eps {
@@ -223,7 +206,7 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		c.ApplyDefaults()
 		for _, ep := range c.Endpoints {
-			known[ep.HostPort()] = ep
+			known[kubeIdentity(ep)] = ep
 		}
 		if len(c.Endpoints) == 0 {
 			// The model has no empty clusters: a Service scaled to zero (or
@@ -233,15 +216,11 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		state.Clusters = append(state.Clusters, c)
 	}
-	for key := range b.lastGood {
-		if !live[key] {
-			delete(b.lastGood, key)
-		}
-	}
 	for name := range b.joined {
 		ns, svcName := kubeSplitClusterName(name)
 		if !live[ns+"/"+svcName] {
 			delete(b.joined, name)
+			delete(b.hashKeyOf, name)
 		}
 	}
 	for name := range b.departed {
@@ -252,6 +231,35 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 	}
 	slices.SortFunc(state.Clusters, func(a, c model.Cluster) int { return strings.Compare(a.Name, c.Name) })
 	return state, problems, next
+}
+
+// kubeServiceSettings reads svc's annotations and resolves its port,
+// reporting every problem. ok is false when anything is wrong: the Service
+// is then not served (see kubeBuilder).
+func kubeServiceSettings(svc *corev1.Service, report func(kind, object, field, format string, args ...any)) (settings kubeSettings, portName string, ok bool) {
+	key := svc.Namespace + "/" + svc.Name
+	settings, errs := kubeParseSettings(svc)
+	if len(errs) == 0 {
+		var err error
+		if portName, err = kubeResolvePort(svc, settings.port); err != nil {
+			errs = append(errs, kubeAnnotationError{annotation: AnnotationPort, msg: err.Error()})
+		}
+	}
+	for _, e := range errs {
+		report("annotation", key, e.annotation, "%s; the Service is not served until this is fixed", e.msg)
+	}
+	return settings, portName, len(errs) == 0
+}
+
+// kubeIdentity is what makes an endpoint the same one from build to build,
+// for fade-in: its ring key. With a hash key set, a Pod restarted under a
+// new IP keeps its identity as it keeps its ring positions, and neither
+// leaves nor fades in again.
+func kubeIdentity(ep model.Endpoint) string {
+	if ep.HashKey != "" {
+		return "key " + ep.HashKey
+	}
+	return ep.HostPort()
 }
 
 // sortDepartures puts departures in the order every replica and version
@@ -267,160 +275,6 @@ func sortDepartures(ds []model.Departure) {
 func kubeSplitClusterName(name string) (namespace, svc string) {
 	svc, namespace, _ = strings.Cut(name, ".")
 	return namespace, svc
-}
-
-type kubeEndpoint struct {
-	ep model.Endpoint
-	// changed is when Kubernetes says the endpoint's slice last changed.
-	changed time.Time
-}
-
-type kubeSliceProblem struct {
-	object, field, msg string
-}
-
-// kubeEndpoints is the deduplicated union of the serving endpoints of all
-// slices of svc, on the slice port named portName, sorted by address and
-// port. Slices are read in name order so duplicates resolve the same way in
-// every replica.
-//
-// An endpoint joins when it is serving and not terminating (kubeAdmit).
-// When no endpoint of the Service qualifies, the serving endpoints that are
-// terminating join instead, as kube-proxy does (KEP-1669): draining is then
-// true. The fallback is per Service, as a rollout is.
-func kubeEndpoints(svc *corev1.Service, portName string, all []*discoveryv1.EndpointSlice) (eps []kubeEndpoint, draining bool, problems []kubeSliceProblem) {
-	all = slices.Clone(all)
-	slices.SortFunc(all, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
-	family := kubeFamily(svc, all)
-	var (
-		ready, terminating []kubeEndpoint
-		seen               = make(map[string]bool)
-		seenTerminating    = make(map[string]bool)
-	)
-	for _, sl := range all {
-		obj := sl.Namespace + "/" + sl.Name
-		if sl.AddressType == discoveryv1.AddressTypeFQDN {
-			problems = append(problems, kubeSliceProblem{obj, "addressType", "FQDN slices are not supported; the slice is ignored"})
-			continue
-		}
-		if sl.AddressType != family || len(sl.Endpoints) == 0 {
-			continue
-		}
-		var port *discoveryv1.EndpointPort
-		for i := range sl.Ports {
-			if p := &sl.Ports[i]; kubePtrOr(p.Name, "") == portName {
-				port = p
-				break
-			}
-		}
-		switch {
-		case port == nil:
-			problems = append(problems, kubeSliceProblem{obj, "ports", fmt.Sprintf("no port named %q; its endpoints are skipped", portName)})
-			continue
-		case port.Port == nil || *port.Port < 1 || *port.Port > 65535:
-			problems = append(problems, kubeSliceProblem{obj, "ports", fmt.Sprintf("port %q has no usable number; its endpoints are skipped", portName)})
-			continue
-		}
-		scheme := "http"
-		switch kubePtrOr(port.AppProtocol, "") {
-		case kubeAppProtocolH2C:
-			scheme = "h2c"
-		case "https":
-			scheme = "https"
-		}
-		changed := kubeSliceChangeTime(sl)
-		for i, e := range sl.Endpoints {
-			admit, fallback := kubeAdmit(e.Conditions)
-			if !admit && !fallback {
-				continue
-			}
-			field := fmt.Sprintf("endpoints[%d].addresses", i)
-			if len(e.Addresses) == 0 {
-				problems = append(problems, kubeSliceProblem{obj, field, "no address; the endpoint is skipped"})
-				continue
-			}
-			// The API allows several fungible addresses and says consumers
-			// may use the first only; a ring needs one identity per endpoint.
-			addr, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil || addr.Zone() != "" || (family == discoveryv1.AddressTypeIPv4) != addr.Is4() {
-				problems = append(problems, kubeSliceProblem{obj, field, fmt.Sprintf("%q is not an %s address; the endpoint is skipped", e.Addresses[0], family)})
-				continue
-			}
-			ep := kubeEndpoint{ep: model.Endpoint{
-				Address: addr.String(),
-				Port:    uint32(*port.Port),
-				Scheme:  scheme,
-				Zone:    kubePtrOr(e.Zone, ""),
-			}, changed: changed}
-			hp := ep.ep.HostPort()
-			switch {
-			case admit && !seen[hp]:
-				seen[hp] = true
-				ready = append(ready, ep)
-			case fallback && !seenTerminating[hp]:
-				seenTerminating[hp] = true
-				terminating = append(terminating, ep)
-			}
-		}
-	}
-	eps = ready
-	if len(eps) == 0 && len(terminating) > 0 {
-		eps, draining = terminating, true
-	}
-	slices.SortFunc(eps, func(a, b kubeEndpoint) int {
-		x, _ := netip.ParseAddr(a.ep.Address)
-		y, _ := netip.ParseAddr(b.ep.Address)
-		return cmp.Or(x.Compare(y), cmp.Compare(a.ep.Port, b.ep.Port))
-	})
-	return eps, draining, problems
-}
-
-// kubeAdmit reads an endpoint's conditions: admit when it joins the ring,
-// draining when it may join only as a fallback (kubeEndpoints).
-//
-// Serving, not ready, decides: a Service with publishNotReadyAddresses has
-// the EndpointSlice controller write ready=true for every Pod, ready or
-// not, while serving keeps the Pod's real readiness. A publisher that
-// leaves serving unset (older controllers, hand-written slices) is read by
-// ready, and an unset ready means "unknown", which counts as ready, as
-// kube-proxy counts it. Terminating endpoints leave the ring while any
-// other endpoint serves: the Pod is going away, and its keys should move
-// while it still answers in-flight requests, not after.
-func kubeAdmit(c discoveryv1.EndpointConditions) (admit, draining bool) {
-	serving := kubePtrOr(c.Ready, true)
-	if c.Serving != nil {
-		serving = *c.Serving
-	}
-	if !serving {
-		return false, false
-	}
-	if kubePtrOr(c.Terminating, false) {
-		return false, true
-	}
-	return true, false
-}
-
-// kubeFamily picks the one address family whose endpoints join the ring. A
-// dual-stack Service has each Pod in an IPv4 and an IPv6 slice; taking both
-// would give every Pod two ring identities and double weight. The Service's
-// primary family wins; without one, IPv4.
-func kubeFamily(svc *corev1.Service, all []*discoveryv1.EndpointSlice) discoveryv1.AddressType {
-	has := map[discoveryv1.AddressType]bool{}
-	for _, sl := range all {
-		if len(sl.Endpoints) > 0 {
-			has[sl.AddressType] = true
-		}
-	}
-	if has[discoveryv1.AddressTypeIPv4] && has[discoveryv1.AddressTypeIPv6] {
-		if len(svc.Spec.IPFamilies) > 0 && svc.Spec.IPFamilies[0] == corev1.IPv6Protocol {
-			return discoveryv1.AddressTypeIPv6
-		}
-		return discoveryv1.AddressTypeIPv4
-	}
-	if has[discoveryv1.AddressTypeIPv6] {
-		return discoveryv1.AddressTypeIPv6
-	}
-	return discoveryv1.AddressTypeIPv4
 }
 
 // kubeDepartureTime is when endpoints missing from a Service's slices at

@@ -354,3 +354,72 @@ func TestKubeSliceChangeTime(t *testing.T) {
 		t.Fatalf("with neither: %v, want the creation time %v", got, created.Time)
 	}
 }
+
+// TestKubeBuildHashKey: endpoints take the key the annotation names; one
+// without it is hashed by its address and reported; a key held twice is
+// kept by the first endpoint in address order only, so the model (and
+// Envoy) never see one ring identity twice.
+func TestKubeBuildHashKey(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	sl := kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	sl.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-0"} // same Pod name as 10.0.0.1
+	sl.Endpoints[1].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-0"}
+	sl.Endpoints[2].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-1"}
+	sl.Endpoints[3].TargetRef = &corev1.ObjectReference{Kind: "Node", Name: "n1"} // not a Pod
+	f := &kubeFixture{
+		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationHashKey: KubeHashKeyPodName})},
+		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}},
+	}
+	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	if err := s.Normalize(); err != nil {
+		t.Fatalf("the state is invalid: %v", err)
+	}
+	var got []string
+	for _, e := range s.Clusters[0].Endpoints {
+		got = append(got, e.HostPort()+"="+e.HashKey)
+	}
+	want := []string{"10.0.0.1:8080=db-0", "10.0.0.2:8080=db-1", "10.0.0.3:8080="}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("endpoints = %v, want %v", got, want)
+	}
+	var msgs []string
+	for _, p := range problems {
+		msgs = append(msgs, p.Field+": "+p.Message)
+	}
+	wantMsgs := []string{
+		`endpoints[3]: has no Pod targetRef for ringxds.io/hash-key "pod-name"; the endpoint is hashed by its address`,
+		`endpoints[0]: hash key "db-0" is also 10.0.0.1:8080's; the endpoint is skipped`,
+	}
+	if !reflect.DeepEqual(msgs, wantMsgs) {
+		t.Fatalf("problems = %q, want %q", msgs, wantMsgs)
+	}
+
+	f.svcs[0].Annotations[AnnotationHashKey] = "pod"
+	if s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0); len(s.Clusters) != 0 || len(problems) != 1 || problems[0].Field != AnnotationHashKey {
+		t.Fatalf("a bad hash-key: clusters %v, problems %+v; want the Service withdrawn and the annotation named", s.Clusters, problems)
+	}
+}
+
+// TestKubeBuildHashKeyChangeStartsOver: switching a fading Service to hash
+// keys changes every identity at once; the cluster starts over with its
+// endpoints established rather than fading all of them in and replaying
+// all of them as departed.
+func TestKubeBuildHashKeyChangeStartsOver(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	sl := kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.1", "10.0.0.2")
+	for i, name := range []string{"db-0", "db-1"} {
+		sl.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: name}
+	}
+	f := &kubeFixture{
+		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})},
+		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}},
+	}
+	b := kubeNewBuilder()
+	b.build(f.svcs, f.slicesOf, t0)
+	f.svcs[0].Annotations[AnnotationHashKey] = KubeHashKeyPodName
+	s, _, next := b.build(f.svcs, f.slicesOf, t0.Add(time.Second))
+	c := s.Clusters[0]
+	if len(c.Departed) != 0 || !next.IsZero() || !c.Endpoints[0].FirstSeen.IsZero() || !c.Endpoints[1].FirstSeen.IsZero() {
+		t.Fatalf("after the switch: %+v, next %v; want established endpoints, no departures, no fade", c, next)
+	}
+}

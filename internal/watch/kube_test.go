@@ -483,51 +483,9 @@ func TestKubeSource(t *testing.T) {
 
 	t.Run("LateChangeSameFadeOnEveryReplica", func(t *testing.T) { kubeTestLateChangeSameFade(t, env) })
 
-	t.Run("BadAnnotationKeepsPreviousSettings", func(t *testing.T) {
-		ns := env.Namespace(t)
-		kubeCreateService(t, c, ns, "cfg", kubeOptIn(map[string]string{AnnotationLBPolicy: "maglev"}))
-		sl := kubeSlice(ns, "cfg", "cfg-a", v4, "http", 8080, kubeReadyEPs("10.5.0.1"))
-		kubeApplySlice(t, c, sl)
-		kubeCreateService(t, c, ns, "never", kubeOptIn(map[string]string{AnnotationRingSize: "many"}))
-		kubeApplySlice(t, c, kubeSlice(ns, "never", "never-a", v4, "http", 8080, kubeReadyEPs("10.5.1.1")))
-		r := kubeStartSource(t, c, KubeOptions{Namespace: ns})
-		name := KubeClusterName(ns, "cfg")
-		r.rec.waitFor(t, "cfg", kubeHasAddrs(name, "10.5.0.1:8080"))
+	t.Run("BadAnnotationSameOnEveryReplica", func(t *testing.T) { kubeTestBadAnnotationReplicas(t, env) })
 
-		kubeUpdateService(t, c, ns, "cfg", func(s *corev1.Service) { s.Annotations[AnnotationLBPolicy] = "round_robin" })
-		// Endpoint changes still flow, under the last good settings.
-		sl.Endpoints = kubeReadyEPs("10.5.0.1", "10.5.0.2")
-		kubeApplySlice(t, c, sl)
-		s := r.rec.waitFor(t, "the new endpoint", kubeHasAddrs(name, "10.5.0.1:8080", "10.5.0.2:8080"))
-		if cl, _ := s.Cluster(name); cl.Policy != model.PolicyMaglev {
-			t.Fatalf("policy = %s, want the previous maglev", cl.Policy)
-		}
-		if _, ok := s.Cluster(KubeClusterName(ns, "never")); ok {
-			t.Fatalf("a Service that never had valid settings is served")
-		}
-		probs := r.src.Problems()
-		want := map[string]string{ns + "/cfg": AnnotationLBPolicy, ns + "/never": AnnotationRingSize}
-		if len(probs) != 2 {
-			t.Fatalf("problems = %+v, want one for each bad Service", probs)
-		}
-		for _, p := range probs {
-			if want[p.Object] != p.Field || p.Source != "kubernetes" || p.Since.IsZero() || p.Message == "" {
-				t.Fatalf("problem %+v does not name the bad annotation", p)
-			}
-		}
-		if !strings.Contains(probs[0].Message+probs[1].Message, "round_robin") {
-			t.Fatalf("problems do not quote the bad value: %+v", probs)
-		}
-
-		kubeUpdateService(t, c, ns, "cfg", func(s *corev1.Service) { s.Annotations[AnnotationLBPolicy] = "ring_hash" })
-		r.rec.waitFor(t, "the fixed policy", func(s model.State) bool {
-			cl, ok := s.Cluster(name)
-			return ok && cl.Policy == model.PolicyRingHash
-		})
-		if p := r.src.Problems(); len(p) != 1 || p[0].Object != ns+"/never" {
-			t.Fatalf("after the fix, problems = %+v, want only the other Service's", p)
-		}
-	})
+	t.Run("HashKeyKeepsRingPositionsAcrossRestart", func(t *testing.T) { kubeTestHashKeyRestart(t, env) })
 
 	t.Run("BadSliceData", func(t *testing.T) {
 		ns := env.Namespace(t)
