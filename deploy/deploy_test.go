@@ -42,6 +42,8 @@ func TestKubeDeployOverlay(t *testing.T) {
 		"deployment.apps/ringxds", "service/ringxds", "serviceaccount/ringxds",
 		"clusterrole.rbac.authorization.k8s.io/ringxds", "clusterrolebinding.rbac.authorization.k8s.io/ringxds",
 		"poddisruptionbudget.policy/ringxds",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/ringxds-annotations",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/ringxds-annotations",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("dry-run output lacks %s:\n%s", want, out)
