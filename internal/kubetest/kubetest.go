@@ -53,6 +53,7 @@ type Env struct {
 
 	dir        string
 	token      string
+	authz      string
 	etcdURL    string
 	port       int
 	etcd       *exec.Cmd
@@ -61,10 +62,21 @@ type Env struct {
 	etcdExited chan struct{}
 }
 
+// Option changes how Start sets up the API server.
+type Option func(*Env)
+
+// WithRBAC has the API server authorize requests with RBAC instead of
+// allowing everything, for tests of missing permissions. The admin
+// credentials (Config, Kubeconfig) are in system:masters and keep every
+// permission, and may impersonate users that have fewer.
+func WithRBAC() Option {
+	return func(e *Env) { e.authz = "RBAC" }
+}
+
 // Start starts etcd and kube-apiserver for t and stops them when t ends.
 // Without binaries it skips t, or fails it when RINGXDS_REQUIRE_TESTBIN=1.
 // Start-up takes about 5 s; share one Env between subtests where possible.
-func Start(t testing.TB) *Env {
+func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	bin, err := findTestbin()
 	if err != nil {
@@ -73,7 +85,10 @@ func Start(t testing.TB) *Env {
 		}
 		t.Skipf("kubetest: %v; run `make testbin` and set %s to run this test", err, EnvTestbin)
 	}
-	e := &Env{Bin: bin, dir: t.TempDir()}
+	e := &Env{Bin: bin, dir: t.TempDir(), authz: "AlwaysAllow"}
+	for _, o := range opts {
+		o(e)
+	}
 	t.Cleanup(e.stopAll)
 	if err := e.startEtcd(); err != nil {
 		t.Fatalf("kubetest: %v", err)
@@ -212,7 +227,7 @@ func (e *Env) StartAPIServer() error {
 		"--secure-port="+strconv.Itoa(e.port),
 		"--cert-dir="+filepath.Join(e.dir, "certs"),
 		"--token-auth-file="+filepath.Join(e.dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode="+e.authz,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+filepath.Join(e.dir, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(e.dir, "sa.key"),
