@@ -2,10 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -13,10 +20,16 @@ import (
 	"github.com/ringxds/ringxds/internal/watch"
 )
 
+// kubeCheckTimeout bounds the start-up permission check, so that an API
+// server that accepts connections but never answers fails start-up instead
+// of hanging it.
+const kubeCheckTimeout = 30 * time.Second
+
 // newKubeSource connects to the API server named by --kubeconfig, or the
-// in-cluster one, and checks the connection before serving, so a missing
-// permission fails start-up rather than every watch.
-func newKubeSource(_ context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (watch.Source, error) {
+// in-cluster one, and checks its permissions before serving, so a missing
+// grant fails start-up with its name rather than leaving every watch
+// retrying and the pod unready without a word.
+func newKubeSource(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (watch.Source, error) {
 	var (
 		rc  *rest.Config
 		err error
@@ -34,8 +47,10 @@ func newKubeSource(_ context.Context, cfg config, log *zap.Logger, reg prometheu
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	if _, err := client.Discovery().ServerVersion(); err != nil {
-		return nil, fmt.Errorf("reach the Kubernetes API server at %s: %w", rc.Host, err)
+	checkCtx, cancel := context.WithTimeout(ctx, kubeCheckTimeout)
+	defer cancel()
+	if err := kubeCheckAccess(checkCtx, client, rc.Host, cfg.namespace); err != nil {
+		return nil, err
 	}
 	return watch.NewKubeSource(client, watch.KubeOptions{
 		Namespace:       cfg.namespace,
@@ -44,4 +59,82 @@ func newKubeSource(_ context.Context, cfg config, log *zap.Logger, reg prometheu
 		Logger:          log.Named("kubernetes"),
 		Registerer:      reg,
 	})
+}
+
+// kubeAccess is one permission the Kubernetes source needs.
+type kubeAccess struct{ verb, group, resource string }
+
+func (a kubeAccess) String() string {
+	if a.group == "" {
+		return a.verb + " " + a.resource
+	}
+	return a.verb + " " + a.resource + "." + a.group
+}
+
+// kubeNeeded is what the source's informers do: list, then watch, Services
+// and EndpointSlices. deploy/base/rbac.yaml grants it.
+var kubeNeeded = []kubeAccess{
+	{"list", "", "services"},
+	{"watch", "", "services"},
+	{"list", "discovery.k8s.io", "endpointslices"},
+	{"watch", "discovery.k8s.io", "endpointslices"},
+}
+
+// kubeCheckAccess asks the API server (SelfSubjectAccessReview) whether
+// these credentials may do everything in kubeNeeded in namespace ("" is all
+// namespaces), and names whatever is missing.
+func kubeCheckAccess(ctx context.Context, client kubernetes.Interface, host, namespace string) error {
+	var missing []string
+	for _, a := range kubeNeeded {
+		allowed, err := kubeAllowed(ctx, client, namespace, a)
+		if err != nil {
+			return kubeCheckError(host, err)
+		}
+		if !allowed {
+			missing = append(missing, a.String())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	where := "across all namespaces (--namespace is empty)"
+	if namespace != "" {
+		where = fmt.Sprintf("in namespace %q", namespace)
+	}
+	return fmt.Errorf("%s may not %s %s; bind it to the ClusterRole in deploy/base/rbac.yaml",
+		kubeWhoAmI(ctx, client), strings.Join(missing, ", "), where)
+}
+
+func kubeAllowed(ctx context.Context, client kubernetes.Interface, namespace string, a kubeAccess) (bool, error) {
+	r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: a.verb, Group: a.group, Resource: a.resource,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return r.Status.Allowed, nil
+}
+
+// kubeCheckError tells an API server that answered with a refusal from one
+// that could not be reached: the first is about credentials, the second
+// about the network or the address.
+func kubeCheckError(host string, err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return fmt.Errorf("reach the Kubernetes API server at %s: %w", host, err)
+	}
+	return fmt.Errorf("check permissions with the Kubernetes API server at %s (creating a SelfSubjectAccessReview, which every authenticated user may): %w", host, err)
+}
+
+// kubeWhoAmI names the identity the API server sees, so that the operator
+// knows whom to grant; it falls back to a generic phrase, as the name only
+// helps the message.
+func kubeWhoAmI(ctx context.Context, client kubernetes.Interface) string {
+	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || r.Status.UserInfo.Username == "" {
+		return "these Kubernetes credentials"
+	}
+	return fmt.Sprintf("Kubernetes user %q", r.Status.UserInfo.Username)
 }
