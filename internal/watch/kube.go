@@ -65,8 +65,14 @@ type KubeSource struct {
 	client   kubernetes.Interface
 	opts     KubeOptions
 	selector labels.Selector
-	log      *zap.Logger
-	metrics  *kubeMetrics
+	// sliceSelector is selector applied to EndpointSlices
+	// (kubeSliceSelector).
+	sliceSelector labels.Selector
+	log           *zap.Logger
+	metrics       *kubeMetrics
+	// keepWhole turns the cache transforms off, so that tests can measure
+	// what they save.
+	keepWhole bool
 
 	// dirty is signalled (without blocking) by event handlers; the loop in
 	// Run does all the work.
@@ -120,12 +126,13 @@ func NewKubeSource(client kubernetes.Interface, opts KubeOptions) (*KubeSource, 
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
 	return &KubeSource{
-		client:   client,
-		opts:     opts,
-		selector: sel,
-		log:      log.With(zap.String("source", "kubernetes")),
-		metrics:  m,
-		dirty:    make(chan struct{}, 1),
+		client:        client,
+		opts:          opts,
+		selector:      sel,
+		sliceSelector: kubeSliceSelector(sel),
+		log:           log.With(zap.String("source", "kubernetes")),
+		metrics:       m,
+		dirty:         make(chan struct{}, 1),
 	}, nil
 }
 
@@ -156,35 +163,35 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
 	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
 		informers.WithNamespace(s.opts.Namespace),
-		// Only slices that belong to a Service can matter.
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
+		// Only slices that belong to a selected Service can matter.
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.sliceSelector.String() }))
 
 	svcInformer := svcFactory.Core().V1().Services()
 	sliceInformer := sliceFactory.Discovery().V1().EndpointSlices()
 	svcLister := svcInformer.Lister()
 	sliceIndexer := sliceInformer.Informer().GetIndexer()
-	if err := sliceInformer.Informer().AddIndexers(cache.Indexers{kubeIndexByService: kubeSliceServiceKey}); err != nil {
-		return fmt.Errorf("kubernetes source: index slices: %w", err)
-	}
-	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), sliceInformer.Informer()} {
-		if err := inf.SetWatchErrorHandlerWithContext(s.kubeWatchError); err != nil {
-			return fmt.Errorf("kubernetes source: watch error handler: %w", err)
-		}
-	}
-	if _, err := svcInformer.Informer().AddEventHandler(s.kubeServiceHandler()); err != nil {
-		return fmt.Errorf("kubernetes source: service handler: %w", err)
-	}
-	if _, err := sliceInformer.Informer().AddEventHandler(s.kubeSliceHandler(svcLister)); err != nil {
-		return fmt.Errorf("kubernetes source: endpointslice handler: %w", err)
+	svcReg, sliceReg, err := s.kubeConfigure(svcInformer.Informer(), sliceInformer.Informer(), svcLister)
+	if err != nil {
+		return err
 	}
 
 	svcFactory.Start(ctx.Done())
 	sliceFactory.Start(ctx.Done())
+	// Deferred first, so it runs after the informers (and their handlers)
+	// have stopped: the caches are gone then.
+	defer func() {
+		s.metrics.cached.WithLabelValues("service").Set(0)
+		s.metrics.cached.WithLabelValues("endpointslice").Set(0)
+	}()
 	defer svcFactory.Shutdown()
 	defer sliceFactory.Shutdown()
 
-	s.log.Info("waiting for informer caches", zap.String("namespace", s.opts.Namespace), zap.String("selector", s.selector.String()))
-	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced) {
+	s.log.Info("waiting for informer caches", zap.String("namespace", s.opts.Namespace),
+		zap.String("selector", s.selector.String()), zap.String("endpointslice_selector", s.sliceSelector.String()))
+	// The handlers' registrations sync once the initial listing has also
+	// reached the handlers, so the cached-objects gauge is right from the
+	// first State on.
+	if !cache.WaitForCacheSync(ctx.Done(), svcReg.HasSynced, sliceReg.HasSynced) {
 		return nil
 	}
 	s.log.Info("informer caches synced")
@@ -272,6 +279,35 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 	}
 }
 
+// kubeConfigure sets up the informers before they start: the slice index,
+// watch error logging, the transforms and the event handlers, whose
+// registrations it returns.
+func (s *KubeSource) kubeConfigure(svcInf, sliceInf cache.SharedIndexInformer, svcLister listersv1.ServiceLister) (svcReg, sliceReg cache.ResourceEventHandlerRegistration, err error) {
+	if err := sliceInf.AddIndexers(cache.Indexers{kubeIndexByService: kubeSliceServiceKey}); err != nil {
+		return nil, nil, fmt.Errorf("kubernetes source: index slices: %w", err)
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf} {
+		if err := inf.SetWatchErrorHandlerWithContext(s.kubeWatchError); err != nil {
+			return nil, nil, fmt.Errorf("kubernetes source: watch error handler: %w", err)
+		}
+	}
+	if !s.keepWhole {
+		if err := svcInf.SetTransform(kubeTransformService); err != nil {
+			return nil, nil, fmt.Errorf("kubernetes source: service transform: %w", err)
+		}
+		if err := sliceInf.SetTransform(kubeTransformSlice); err != nil {
+			return nil, nil, fmt.Errorf("kubernetes source: endpointslice transform: %w", err)
+		}
+	}
+	if svcReg, err = svcInf.AddEventHandler(s.kubeServiceHandler()); err != nil {
+		return nil, nil, fmt.Errorf("kubernetes source: service handler: %w", err)
+	}
+	if sliceReg, err = sliceInf.AddEventHandler(s.kubeSliceHandler(svcLister)); err != nil {
+		return nil, nil, fmt.Errorf("kubernetes source: endpointslice handler: %w", err)
+	}
+	return svcReg, sliceReg, nil
+}
+
 // kubeMarkDirty records that the caches changed. It is all an event handler
 // does, so handlers never block the informers.
 func (s *KubeSource) kubeMarkDirty() {
@@ -290,6 +326,7 @@ func (s *KubeSource) kubeServiceHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			s.metrics.events.WithLabelValues("service", "add").Inc()
+			s.metrics.cached.WithLabelValues("service").Inc()
 			if svc, ok := obj.(*corev1.Service); ok && kubeOptedIn(svc) {
 				s.kubeMarkDirty()
 			}
@@ -310,6 +347,7 @@ func (s *KubeSource) kubeServiceHandler() cache.ResourceEventHandler {
 		},
 		DeleteFunc: func(obj any) {
 			s.metrics.events.WithLabelValues("service", "delete").Inc()
+			s.metrics.cached.WithLabelValues("service").Dec()
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
@@ -338,6 +376,7 @@ func (s *KubeSource) kubeSliceHandler(svcs listersv1.ServiceLister) cache.Resour
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			s.metrics.events.WithLabelValues("endpointslice", "add").Inc()
+			s.metrics.cached.WithLabelValues("endpointslice").Inc()
 			if relevant(obj) {
 				s.kubeMarkDirty()
 			}
@@ -350,6 +389,7 @@ func (s *KubeSource) kubeSliceHandler(svcs listersv1.ServiceLister) cache.Resour
 		},
 		DeleteFunc: func(obj any) {
 			s.metrics.events.WithLabelValues("endpointslice", "delete").Inc()
+			s.metrics.cached.WithLabelValues("endpointslice").Dec()
 			if relevant(obj) {
 				s.kubeMarkDirty()
 			}

@@ -19,6 +19,9 @@ type kubeMetrics struct {
 	problems         *prometheus.CounterVec
 	activeProblems   prometheus.Gauge
 	watchErrors      prometheus.Counter
+	// cached counts the objects in the informer caches, by kind: each add
+	// and delete notification is one object in or out of a cache.
+	cached *prometheus.GaugeVec
 }
 
 func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
@@ -63,11 +66,18 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 			Name: "ringxds_kube_watch_errors_total",
 			Help: "Interrupted list or watch calls; the informers retry by themselves.",
 		}),
+		cached: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_kube_cached_objects",
+			Help: "Objects held in the informer caches, by kind (service, endpointslice); what the watch selectors let through, opted in or not.",
+		}, []string{"kind"}),
 	}
+	// Both series exist from the start, so that an empty cache reads 0.
+	m.cached.WithLabelValues("service")
+	m.cached.WithLabelValues("endpointslice")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.drainingClusters, m.problems, m.activeProblems, m.watchErrors} {
+	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.drainingClusters, m.problems, m.activeProblems, m.watchErrors, m.cached} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -529,12 +529,19 @@ func TestKubeSource(t *testing.T) {
 		kubeCreateService(t, c, ns, "picked", kubeOptIn(nil))
 		kubeUpdateService(t, c, ns, "picked", func(s *corev1.Service) { s.Labels = map[string]string{"team": "a"} })
 		kubeCreateService(t, c, ns, "skipped", kubeOptIn(nil))
-		kubeApplySlice(t, c, kubeSlice(ns, "picked", "picked-a", v4, "http", 8080, kubeReadyEPs("10.8.0.1")))
+		// Slices carry their Service's labels, as the EndpointSlice
+		// controller writes them; the selector filters slices by them.
+		picked := kubeSlice(ns, "picked", "picked-a", v4, "http", 8080, kubeReadyEPs("10.8.0.1"))
+		picked.Labels["team"] = "a"
+		kubeApplySlice(t, c, picked)
 		kubeApplySlice(t, c, kubeSlice(ns, "skipped", "skipped-a", v4, "http", 8080, kubeReadyEPs("10.8.1.1")))
 		r := kubeStartSource(t, c, KubeOptions{Namespace: ns, ServiceSelector: "team=a"})
 		s := r.rec.waitFor(t, "the selected Service", kubeHasAddrs(KubeClusterName(ns, "picked"), "10.8.0.1:8080"))
 		if len(s.Clusters) != 1 {
 			t.Fatalf("selector not applied: %s", kubeDescribe(s))
+		}
+		if n := testutil.ToFloat64(r.src.metrics.cached.WithLabelValues("endpointslice")); n != 1 {
+			t.Fatalf("%v slices cached, want only the selected Service's", n)
 		}
 	})
 
