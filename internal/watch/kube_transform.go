@@ -106,9 +106,9 @@ func kubeOwnAnnotations(a map[string]string) map[string]string {
 // kubeTransformSlice keeps what kubeEndpoints, kubeSliceChangeTime, the
 // service index and the hash keys read of an EndpointSlice. Per endpoint it
 // drops nodeName, hints, deprecatedTopology and all but the kind and name
-// of targetRef; per slice, owner references, labels and annotations other
-// than the two read, and managed fields but for the newest write time,
-// which kubeSliceChangeTime reads. Like kubeTransformService it builds a
+// of targetRef; per slice, owner references, labels other than the
+// Service name, and managed fields but for the newest write time, which
+// kubeSliceChangeTime reads, and with it the annotations. Like kubeTransformService it builds a
 // new object, shares only what it keeps, and is idempotent.
 func kubeTransformSlice(obj any) (any, error) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -128,11 +128,16 @@ func kubeTransformSlice(obj any) (any, error) {
 			ResourceVersion:   sl.ResourceVersion,
 			CreationTimestamp: sl.CreationTimestamp,
 			Labels:            kubeKeep(sl.Labels, discoveryv1.LabelServiceName),
-			Annotations:       kubeKeep(sl.Annotations, corev1.EndpointsLastChangeTriggerTime),
 			ManagedFields:     kubeNewestWrite(sl.ManagedFields),
 		},
 		AddressType: sl.AddressType,
 		Ports:       sl.Ports,
+	}
+	// kubeSliceChangeTime reads the trigger time only when no write time
+	// is known; the API server records one on every write, so the map
+	// (some 300 bytes) is usually not kept.
+	if out.ManagedFields == nil {
+		out.Annotations = kubeKeep(sl.Annotations, corev1.EndpointsLastChangeTriggerTime)
 	}
 	if sl.Endpoints != nil {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(sl.Endpoints))

@@ -188,8 +188,13 @@ func TestKubeTransformSliceDrops(t *testing.T) {
 	if want := map[string]string{discoveryv1.LabelServiceName: "cart"}; !reflect.DeepEqual(got.Labels, want) {
 		t.Errorf("labels %v, want %v", got.Labels, want)
 	}
-	if len(got.Annotations) != 1 || got.Annotations[corev1.EndpointsLastChangeTriggerTime] == "" {
-		t.Errorf("annotations %v, want the trigger time only", got.Annotations)
+	if got.Annotations != nil {
+		t.Errorf("annotations %v kept, though the managed fields give the change time", got.Annotations)
+	}
+	noMF := kubeControllerSlice(t, "shop", "cart", "a", 1)
+	noMF.ManagedFields = nil
+	if a := kubeTransformed(t, noMF).Annotations; len(a) != 1 || a[corev1.EndpointsLastChangeTriggerTime] == "" {
+		t.Errorf("without managed fields: annotations %v, want the trigger time only", a)
 	}
 	if len(got.OwnerReferences) != 0 || got.GenerateName != "" || got.Generation != 0 {
 		t.Errorf("owner references, generateName or generation kept: %+v", got.ObjectMeta)
