@@ -74,7 +74,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, xDS clients must present a certificate it signed (mTLS)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for --source=kubernetes (default: in-cluster config)")
 	fs.StringVar(&c.namespace, "namespace", "", "with --source=kubernetes, watch only this namespace (default: all)")
-	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered")
+	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered, and their EndpointSlices (which carry the Service labels)")
 	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
 	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
 	fs.Usage = func() {

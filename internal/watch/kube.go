@@ -44,7 +44,10 @@ type KubeOptions struct {
 	// Namespace restricts the watch to one namespace; empty means all.
 	Namespace string
 	// ServiceSelector is a label selector (kubectl syntax) a Service must
-	// match, in addition to its opt-in annotation, to be served.
+	// match, in addition to its opt-in annotation, to be served. It also
+	// filters the EndpointSlice watch, so a Service's slices must carry
+	// the labels too; the EndpointSlice controller copies them from the
+	// Service (kubeSliceSelector).
 	ServiceSelector string
 	// Debounce is the quiet period that ends a burst of changes.
 	// Zero means DefaultKubeDebounce.
