@@ -46,7 +46,7 @@ func kubeControllerSlice(tb testing.TB, ns, svc, team string, n int) *discoveryv
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
 				APIVersion: "discovery.k8s.io/v1", Time: &written, FieldsType: "FieldsV1",
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:addressType":{},"f:endpoints":{},"f:metadata":{"f:annotations":{".":{},"f:endpoints.kubernetes.io/last-change-trigger-time":{}},"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:endpointslice.kubernetes.io/managed-by":{},"f:kubernetes.io/service-name":{},"f:team":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"5d1f6e0a-9b7c-4f3e-8a2d-1c0b9e8f7a6d\"}":{}}},"f:ports":{}}`)},
+				FieldsV1: metav1.NewFieldsV1(`{"f:addressType":{},"f:endpoints":{},"f:metadata":{"f:annotations":{".":{},"f:endpoints.kubernetes.io/last-change-trigger-time":{}},"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:endpointslice.kubernetes.io/managed-by":{},"f:kubernetes.io/service-name":{},"f:team":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"5d1f6e0a-9b7c-4f3e-8a2d-1c0b9e8f7a6d\"}":{}}},"f:ports":{}}`),
 			}},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -106,7 +106,7 @@ func kubeTransformCases(t *testing.T) map[string]*discoveryv1.EndpointSlice {
 	newer := metav1.NewTime(time.Date(2026, 3, 1, 10, 0, 1, 0, time.UTC))
 	many := kubeControllerSlice(t, "shop", "cart", "a", 4)
 	many.ManagedFields = []metav1.ManagedFieldsEntry{
-		{Manager: "a", Time: &older, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
+		{Manager: "a", Time: &older, FieldsV1: metav1.NewFieldsV1(`{}`)},
 		{Manager: "b"},
 		{Manager: "c", Time: &newer},
 	}
@@ -249,7 +249,7 @@ func TestKubeTransformService(t *testing.T) {
 				AnnotationEnabled: "true", AnnotationPort: "grpc", AnnotationFadeIn: "30s",
 				corev1.LastAppliedConfigAnnotation: `{"a very":"long JSON document"}`,
 			},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Time: &now, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Time: &now, FieldsV1: metav1.NewFieldsV1(`{}`)}},
 		},
 		Spec: corev1.ServiceSpec{
 			Ports: []corev1.ServicePort{
