@@ -157,10 +157,12 @@ func TestKubeTransformSliceKeepsWhatIsRead(t *testing.T) {
 			if a, b := kubeSliceChangeTime(sl), kubeSliceChangeTime(got); !a.Equal(b) || a.Location() != b.Location() {
 				t.Fatalf("change time %v, want %v", b, a)
 			}
-			wantEps, wantDrain, wantProb := kubeEndpoints(svc, "http", []*discoveryv1.EndpointSlice{sl})
-			gotEps, gotDrain, gotProb := kubeEndpoints(svc, "http", []*discoveryv1.EndpointSlice{got})
-			if !reflect.DeepEqual(gotEps, wantEps) || gotDrain != wantDrain || !reflect.DeepEqual(gotProb, wantProb) {
-				t.Fatalf("kubeEndpoints differ:\n got %+v %v %+v\nwant %+v %v %+v", gotEps, gotDrain, gotProb, wantEps, wantDrain, wantProb)
+			for _, hashKey := range []string{"", KubeHashKeyHostname, KubeHashKeyPodName} {
+				wantEps, wantDrain, wantProb := kubeEndpoints(svc, "http", hashKey, []*discoveryv1.EndpointSlice{sl})
+				gotEps, gotDrain, gotProb := kubeEndpoints(svc, "http", hashKey, []*discoveryv1.EndpointSlice{got})
+				if !reflect.DeepEqual(gotEps, wantEps) || gotDrain != wantDrain || !reflect.DeepEqual(gotProb, wantProb) {
+					t.Fatalf("hash key %q: kubeEndpoints differ:\n got %+v %v %+v\nwant %+v %v %+v", hashKey, gotEps, gotDrain, gotProb, wantEps, wantDrain, wantProb)
+				}
 			}
 			wantKey, _ := kubeSliceServiceKey(sl)
 			if gotKey, _ := kubeSliceServiceKey(got); !reflect.DeepEqual(gotKey, wantKey) {
