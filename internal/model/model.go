@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -259,7 +260,6 @@ func (c *Cluster) Validate() error {
 		errs = append(errs, fieldErr("endpoints", "must list at least one endpoint"))
 	}
 	seen := make(map[string]int, len(c.Endpoints))
-	seenKeys := make(map[string]int)
 	for i, ep := range c.Endpoints {
 		f := fmt.Sprintf("endpoints[%d]", i)
 		// EDS endpoints are resolved addresses: Envoy rejects a DNS name in
@@ -286,17 +286,35 @@ func (c *Cluster) Validate() error {
 		} else {
 			seen[hp] = i
 		}
-		// Two endpoints with one ring key would share ring positions, which
-		// no data plane resolves the same way.
-		if ep.HashKey != "" {
-			if j, dup := seenKeys[ep.HashKey]; dup {
-				errs = append(errs, fieldErr(f+".hash_key", "%q is also the hash_key of endpoints[%d]", ep.HashKey, j))
-			} else {
-				seenKeys[ep.HashKey] = i
-			}
+	}
+	errs = append(errs, ringKeyClashes(c.Endpoints)...)
+	return errors.Join(errs...)
+}
+
+// ringKeyClashes reports endpoints whose ring key (hash_key, else
+// host:port) another endpoint already has. Two endpoints with one ring key
+// would share ring positions, which no data plane resolves the same way;
+// that includes a hash_key spelled like another endpoint's address. Two
+// endpoints with one address and no hash_key are reported as duplicates
+// instead.
+func ringKeyClashes(eps []Endpoint) []error {
+	var errs []error
+	owner := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		key := cmp.Or(ep.HashKey, ep.HostPort())
+		j, dup := owner[key]
+		switch {
+		case !dup:
+			owner[key] = i
+		case ep.HashKey != "" && eps[j].HashKey != "":
+			errs = append(errs, fieldErr(fmt.Sprintf("endpoints[%d].hash_key", i), "%q is also the hash_key of endpoints[%d]", ep.HashKey, j))
+		case ep.HashKey != "":
+			errs = append(errs, fieldErr(fmt.Sprintf("endpoints[%d].hash_key", i), "%q is the address of endpoints[%d], whose ring key it is", ep.HashKey, j))
+		case eps[j].HashKey != "":
+			errs = append(errs, fieldErr(fmt.Sprintf("endpoints[%d]", i), "its address %s is the hash_key of endpoints[%d]; ring keys must differ", key, j))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Normalize applies defaults to every cluster, validates it, and sorts the

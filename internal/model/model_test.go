@@ -68,6 +68,8 @@ func TestValidateNamesEachProblem(t *testing.T) {
 		{"bad scheme", func(c *Cluster) { c.Endpoints[0].Scheme = "ftp" }, "endpoints[0].scheme", "not one of"},
 		{"duplicate", func(c *Cluster) { c.Endpoints[1] = c.Endpoints[0] }, "endpoints[1]", "duplicates endpoints[0]"},
 		{"duplicate hash key", func(c *Cluster) { c.Endpoints[0].HashKey, c.Endpoints[1].HashKey = "k", "k" }, "endpoints[1].hash_key", "also the hash_key of endpoints[0]"},
+		{"hash key spelled as another address", func(c *Cluster) { c.Endpoints[0].HashKey = c.Endpoints[1].HostPort() }, "endpoints[1]", "is the hash_key of endpoints[0]"},
+		{"address spelled as a later hash key", func(c *Cluster) { c.Endpoints[1].HashKey = c.Endpoints[0].HostPort() }, "endpoints[1].hash_key", "is the address of endpoints[0]"},
 		{"bad fade exponent", func(c *Cluster) { c.FadeIn = &FadeIn{Duration: time.Second, Exponent: -1} }, "fade_in.exponent", "must be in"},
 		{"fade capacity above the ring", func(c *Cluster) { c.FadeIn = &FadeIn{Duration: time.Second, Exponent: 1, Capacity: 5000} }, "fade_in.capacity", "larger than maximum_ring_size"},
 	} {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
@@ -115,7 +116,11 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		live[key] = true
 
-		eps, draining, slicesProblems := kubeEndpoints(svc, portName, settings.hashKey, slicesOf(svc.Namespace, svc.Name))
+		svcSlices := slicesOf(svc.Namespace, svc.Name)
+		eps, draining, slicesProblems := kubeEndpoints(svc, portName, settings.hashKey, svcSlices)
+		// Whatever made an endpoint join or leave (its own slice, another
+		// slice, the Service) is the newest write among them.
+		changed := kubeFadeTime(kubeServiceChangeTime(svc, svcSlices), now)
 		if draining {
 			b.draining[name] = true
 		}
@@ -159,16 +164,16 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			first := prev.FirstSeen
 			// Endpoints of a cluster seen for the first time are
 			// established; later arrivals fade in from the time
-			// Kubernetes recorded for their slice change.
+			// Kubernetes recorded for the change.
 			if !seen && served && c.FadeIn != nil {
-				first = kubeFadeTime(e.changed, now)
+				first = changed
 			}
 			e.ep.FirstSeen = first
 			extend(first)
 		}
 		var left []model.Departure
 		if c.FadeIn != nil {
-			gone := kubeDepartureTime(slicesOf(svc.Namespace, svc.Name), now)
+			gone := changed
 			for id, ep := range known {
 				if !present[id] {
 					left = append(left, model.Departure{Endpoint: ep, Gone: gone})
@@ -277,19 +282,25 @@ func kubeSplitClusterName(name string) (namespace, svc string) {
 	return namespace, svc
 }
 
-// kubeDepartureTime is when endpoints missing from a Service's slices at
-// now left: the latest change Kubernetes recorded on its slices (the
-// removal updated one of them), put on the fade step grid by kubeFadeTime
-// as a start is. A removal that deleted its slice leaves no trace; then it
-// counts from the earliest step the grid allows at now.
-func kubeDepartureTime(slices []*discoveryv1.EndpointSlice, now time.Time) time.Time {
-	var latest time.Time
+// kubeServiceChangeTime is the latest change Kubernetes recorded on a
+// Service or its slices: the one that made endpoints join or leave, be it
+// a slice write (an endpoint added, removed, or turned serving or not,
+// which may admit another slice's endpoint as a fallback) or a Service
+// write (ringxds.io/port or hash-key, which change every identity). Every
+// replica reads the same objects, so they agree on it.
+//
+// A removal that deleted its slice leaves no time behind (deletion is not
+// recorded on any remaining object): then the latest is older than the
+// change, and each replica's kubeFadeTime moves it to its own grid step;
+// see docs/kubernetes.md.
+func kubeServiceChangeTime(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) time.Time {
+	latest := kubeNewestWriteTime(svc.ObjectMeta)
 	for _, sl := range slices {
 		if t := kubeSliceChangeTime(sl); t.After(latest) {
 			latest = t
 		}
 	}
-	return kubeFadeTime(latest, now)
+	return latest
 }
 
 // kubeFadeTime is the fade start (or departure) for a change Kubernetes
@@ -332,14 +343,8 @@ func kubeFadeTime(recorded, now time.Time) time.Time {
 // window kubeFadeTime allows and be moved by each replica's own clock.
 // The write time stays inside it whenever the replica learns on time.
 func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
-	var t time.Time
-	for _, m := range sl.ManagedFields {
-		if m.Time != nil && m.Time.After(t) {
-			t = m.Time.Time
-		}
-	}
-	if !t.IsZero() {
-		return t.UTC()
+	if t := kubeNewestWriteTime(sl.ObjectMeta); !t.IsZero() {
+		return t
 	}
 	if v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
@@ -347,6 +352,21 @@ func kubeSliceChangeTime(sl *discoveryv1.EndpointSlice) time.Time {
 		}
 	}
 	return sl.CreationTimestamp.UTC()
+}
+
+// kubeNewestWriteTime is the newest managedFields time of an object (UTC),
+// or zero when none is recorded.
+func kubeNewestWriteTime(m metav1.ObjectMeta) time.Time {
+	var t time.Time
+	for _, f := range m.ManagedFields {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
 }
 
 func kubePtrOr[T any](p *T, def T) T {

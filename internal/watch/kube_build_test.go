@@ -361,11 +361,13 @@ func TestKubeSliceChangeTime(t *testing.T) {
 // Envoy) never see one ring identity twice.
 func TestKubeBuildHashKey(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	sl := kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	sl := kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5")
 	sl.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-0"} // same Pod name as 10.0.0.1
 	sl.Endpoints[1].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-0"}
 	sl.Endpoints[2].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "db-1"}
 	sl.Endpoints[3].TargetRef = &corev1.ObjectReference{Kind: "Node", Name: "n1"} // not a Pod
+	// A hand-written name spelled as the address key of 10.0.0.3.
+	sl.Endpoints[4].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "10.0.0.3:8080"}
 	f := &kubeFixture{
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationHashKey: KubeHashKeyPodName})},
 		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}},
@@ -388,7 +390,8 @@ func TestKubeBuildHashKey(t *testing.T) {
 	}
 	wantMsgs := []string{
 		`endpoints[3]: has no Pod targetRef for ringxds.io/hash-key "pod-name"; the endpoint is hashed by its address`,
-		`endpoints[0]: hash key "db-0" is also 10.0.0.1:8080's; the endpoint is skipped`,
+		`endpoints[0]: hash key "db-0" is also 10.0.0.1:8080's ring key; the endpoint is skipped`,
+		`endpoints[4]: hash key "10.0.0.3:8080" is also 10.0.0.3:8080's ring key; the endpoint is skipped`,
 	}
 	if !reflect.DeepEqual(msgs, wantMsgs) {
 		t.Fatalf("problems = %q, want %q", msgs, wantMsgs)
@@ -421,5 +424,31 @@ func TestKubeBuildHashKeyChangeStartsOver(t *testing.T) {
 	c := s.Clusters[0]
 	if len(c.Departed) != 0 || !next.IsZero() || !c.Endpoints[0].FirstSeen.IsZero() || !c.Endpoints[1].FirstSeen.IsZero() {
 		t.Fatalf("after the switch: %+v, next %v; want established endpoints, no departures, no fade", c, next)
+	}
+}
+
+// TestKubeAdmit pins how conditions are read, including what hand-written
+// slices and older publishers leave unset: kube-proxy reads an unset
+// serving as serving, and the controller writes ready=false for every
+// terminating Pod, so a terminating endpoint with serving unset is a
+// fallback whatever its ready says.
+func TestKubeAdmit(t *testing.T) {
+	y, n := kubePtr(true), kubePtr(false)
+	for _, tc := range []struct {
+		name                 string
+		c                    discoveryv1.EndpointConditions
+		wantAdmit, wantDrain bool
+	}{
+		{"all unset", discoveryv1.EndpointConditions{}, true, false},
+		{"ready", discoveryv1.EndpointConditions{Ready: y, Serving: y, Terminating: n}, true, false},
+		{"publishNotReadyAddresses, unready", discoveryv1.EndpointConditions{Ready: y, Serving: n, Terminating: n}, false, false},
+		{"serving unset, not ready", discoveryv1.EndpointConditions{Ready: n}, false, false},
+		{"terminating, serving", discoveryv1.EndpointConditions{Ready: n, Serving: y, Terminating: y}, false, true},
+		{"terminating, not serving", discoveryv1.EndpointConditions{Ready: n, Serving: n, Terminating: y}, false, false},
+		{"terminating, serving unset", discoveryv1.EndpointConditions{Ready: n, Terminating: y}, false, true},
+	} {
+		if admit, drain := kubeAdmit(tc.c); admit != tc.wantAdmit || drain != tc.wantDrain {
+			t.Errorf("%s: admit=%v draining=%v, want %v %v", tc.name, admit, drain, tc.wantAdmit, tc.wantDrain)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -16,8 +15,6 @@ import (
 
 type kubeEndpoint struct {
 	ep model.Endpoint
-	// changed is when Kubernetes says the endpoint's slice last changed.
-	changed time.Time
 	// object and field locate the endpoint in its slice, for problems
 	// found after the slices are merged.
 	object, field string
@@ -82,11 +79,11 @@ func kubeEndpoints(svc *corev1.Service, portName, hashKey string, all []*discove
 		y, _ := netip.ParseAddr(b.ep.Address)
 		return cmp.Or(x.Compare(y), cmp.Compare(a.ep.Port, b.ep.Port))
 	})
-	return kubeUniqueHashKeys(eps, report), draining, problems
+	return kubeUniqueRingKeys(eps, hashKey, report), draining, problems
 }
 
 // kubeSliceTemplate checks a slice's family and port and returns what its
-// endpoints share: the port, scheme and change time. ok is false when the
+// endpoints share: the port and scheme. ok is false when the
 // slice has nothing for the ring.
 func kubeSliceTemplate(sl *discoveryv1.EndpointSlice, family discoveryv1.AddressType, portName string, report func(object, field, format string, args ...any)) (tmpl kubeEndpoint, ok bool) {
 	obj := sl.Namespace + "/" + sl.Name
@@ -120,9 +117,8 @@ func kubeSliceTemplate(sl *discoveryv1.EndpointSlice, family discoveryv1.Address
 		scheme = "https"
 	}
 	return kubeEndpoint{
-		ep:      model.Endpoint{Port: uint32(*port.Port), Scheme: scheme},
-		changed: kubeSliceChangeTime(sl),
-		object:  obj,
+		ep:     model.Endpoint{Port: uint32(*port.Port), Scheme: scheme},
+		object: obj,
 	}, true
 }
 
@@ -144,9 +140,6 @@ func kubeReadEndpoint(tmpl kubeEndpoint, i int, e discoveryv1.Endpoint, family d
 	ep.ep.Address = addr.String()
 	ep.ep.Zone = kubePtrOr(e.Zone, "")
 	ep.ep.HashKey = kubeHashKey(e, hashKey)
-	if hashKey != "" && ep.ep.HashKey == "" {
-		report(ep.object, ep.field, "has no %s for %s %q; the endpoint is hashed by its address", kubeHashKeySource(hashKey), AnnotationHashKey, hashKey)
-	}
 	return ep, true
 }
 
@@ -174,18 +167,29 @@ func kubeHashKeySource(hashKey string) string {
 	return "hostname"
 }
 
-// kubeUniqueHashKeys keeps the first endpoint (in address order) of each
-// hash key: two endpoints under one key would be one ring identity, which
-// Envoy and the model refuse. The others are skipped and reported.
-func kubeUniqueHashKeys(eps []kubeEndpoint, report func(object, field, format string, args ...any)) []kubeEndpoint {
-	owner := make(map[string]string)
+// kubeUniqueRingKeys checks the ring keys of the endpoints that join the
+// ring. One without the hash key the Service asks for is hashed by its
+// address and reported, so that a wrong choice of key shows. Of endpoints
+// sharing a ring key (hash key, else address) the first in address order
+// is kept and the others are skipped and reported: one ring identity
+// cannot be two endpoints, and the model refuses it.
+func kubeUniqueRingKeys(eps []kubeEndpoint, hashKey string, report func(object, field, format string, args ...any)) []kubeEndpoint {
+	owner := make(map[string]string, len(eps))
+	for _, e := range eps {
+		if e.ep.HashKey == "" {
+			owner[e.ep.HostPort()] = e.ep.HostPort()
+		}
+	}
 	return slices.DeleteFunc(eps, func(e kubeEndpoint) bool {
 		k := e.ep.HashKey
 		if k == "" {
+			if hashKey != "" {
+				report(e.object, e.field, "has no %s for %s %q; the endpoint is hashed by its address", kubeHashKeySource(hashKey), AnnotationHashKey, hashKey)
+			}
 			return false
 		}
 		if first, dup := owner[k]; dup {
-			report(e.object, e.field, "hash key %q is also %s's; the endpoint is skipped", k, first)
+			report(e.object, e.field, "hash key %q is also %s's ring key; the endpoint is skipped", k, first)
 			return true
 		}
 		owner[k] = e.ep.HostPort()
@@ -203,19 +207,18 @@ func kubeUniqueHashKeys(eps []kubeEndpoint, report func(object, field, format st
 // ready, and an unset ready means "unknown", which counts as ready, as
 // kube-proxy counts it. Terminating endpoints leave the ring while any
 // other endpoint serves: the Pod is going away, and its keys should move
-// while it still answers in-flight requests, not after.
+// while it still answers in-flight requests, not after. A terminating
+// endpoint with serving unset is a fallback, as kube-proxy reads an unset
+// serving as serving (its ready says nothing there: the controller writes
+// ready=false for every terminating Pod).
 func kubeAdmit(c discoveryv1.EndpointConditions) (admit, draining bool) {
-	serving := kubePtrOr(c.Ready, true)
-	if c.Serving != nil {
-		serving = *c.Serving
-	}
-	if !serving {
-		return false, false
-	}
 	if kubePtrOr(c.Terminating, false) {
-		return false, true
+		return false, kubePtrOr(c.Serving, true)
 	}
-	return true, false
+	if c.Serving != nil {
+		return *c.Serving, false
+	}
+	return kubePtrOr(c.Ready, true), false
 }
 
 // kubeFamily picks the one address family whose endpoints join the ring. A

@@ -483,6 +483,8 @@ func TestKubeSource(t *testing.T) {
 
 	t.Run("LateChangeSameFadeOnEveryReplica", func(t *testing.T) { kubeTestLateChangeSameFade(t, env) })
 
+	t.Run("IndirectChangesSameFadeOnEveryReplica", func(t *testing.T) { kubeTestIndirectChangesSameFade(t, env) })
+
 	t.Run("BadAnnotationSameOnEveryReplica", func(t *testing.T) { kubeTestBadAnnotationReplicas(t, env) })
 
 	t.Run("HashKeyKeepsRingPositionsAcrossRestart", func(t *testing.T) { kubeTestHashKeyRestart(t, env) })

@@ -83,6 +83,7 @@ func kubeTransformService(obj any) (any, error) {
 			CreationTimestamp: svc.CreationTimestamp,
 			Labels:            svc.Labels,
 			Annotations:       kubeOwnAnnotations(svc.Annotations),
+			ManagedFields:     kubeNewestWrite(svc.ManagedFields),
 		},
 		Spec: corev1.ServiceSpec{Ports: svc.Spec.Ports, IPFamilies: svc.Spec.IPFamilies},
 	}

@@ -289,7 +289,10 @@ func TestKubeTransformService(t *testing.T) {
 	if kubeFamily(got, v4v6) != kubeFamily(svc, v4v6) {
 		t.Fatal("family differs")
 	}
-	if len(got.Annotations) != 3 || got.ManagedFields != nil || got.Spec.Selector != nil || got.Spec.ClusterIP != "" ||
+	if a, b := kubeNewestWriteTime(svc.ObjectMeta), kubeNewestWriteTime(got.ObjectMeta); !a.Equal(b) || a.IsZero() {
+		t.Fatalf("newest write %v, want %v", b, a)
+	}
+	if len(got.Annotations) != 3 || len(got.ManagedFields) != 1 || got.ManagedFields[0].FieldsV1 != nil || got.Spec.Selector != nil || got.Spec.ClusterIP != "" ||
 		!reflect.DeepEqual(got.Status, corev1.ServiceStatus{}) {
 		t.Fatalf("kept more than ringxds reads: %+v", got)
 	}
