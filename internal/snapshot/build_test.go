@@ -550,9 +550,6 @@ func TestBuildNotes(t *testing.T) {
 		{"minimum not a power of two", model.Cluster{MinRingSize: 1000, MaxRingSize: 4096, Endpoints: weighted(1, 3)}, []string{"minimum_ring_size is 1000"}},
 		{"ring above the grpc cap", model.Cluster{MinRingSize: 8192, MaxRingSize: 8192, Endpoints: weighted(1, 1)}, []string{"exceeds the gRPC clients' cap of 4096"}},
 		{"maglev has no ring to agree on", model.Cluster{Policy: model.PolicyMaglev, Endpoints: weighted(1, 2)}, []string{"maglev is published to grpc clients as ring_hash"}},
-		{"hash key equal to another endpoint's address", model.Cluster{Endpoints: []model.Endpoint{
-			{Address: "10.0.0.1", Port: 80}, {Address: "10.0.0.2", Port: 80, HashKey: "10.0.0.1:80"},
-		}}, []string{`share the ring key "10.0.0.1:80"`}},
 		{"weighted skipper", model.Cluster{Policy: model.PolicySkipper, Endpoints: weighted(1, 1, 2)}, []string{
 			"skipper rings are unweighted", "published to envoy clients as ring_hash", "published to grpc clients as ringxds.skipper",
 		}},

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"time"
 
@@ -51,9 +50,7 @@ func RingKey(ep *model.Endpoint) string {
 // the weights and fade-in metadata of the current step. clusterVersion,
 // the content version of the cluster's CDS resources, goes into the
 // locality's metadata, so the CLA changes whenever the Cluster does.
-func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string) (*endpointv3.ClusterLoadAssignment, []string) {
-	var notes []string
-
+func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string) *endpointv3.ClusterLoadAssignment {
 	type keyed struct {
 		key, hostPort string
 		ep            *model.Endpoint
@@ -73,8 +70,8 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string
 	// sort.Slice(ret, func(i, j int) bool { return ret[i].hashKey < ret[j].hashKey })),
 	// while Envoy walks hosts in EDS order (ring_hash_lb.cc). Publishing EDS
 	// already in that order makes both walks, and so both rings, identical.
-	// Ties only arise from duplicate hash keys; host:port breaks them so the
-	// output stays deterministic.
+	// Ring keys are unique (model.Validate refuses a clash), so there are
+	// no ties; host:port would break one deterministically.
 	slices.SortFunc(eps, func(a, b keyed) int {
 		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hostPort, b.hostPort))
 	})
@@ -82,11 +79,6 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string
 	lbEndpoints := make([]*endpointv3.LbEndpoint, len(eps))
 	arena := newEndpointArena(len(eps))
 	for i, k := range eps {
-		if i > 0 && eps[i-1].key == k.key {
-			// The two endpoints get the same ring entries; which one wins a
-			// pick then depends on each data plane's unstable sort.
-			notes = append(notes, fmt.Sprintf("endpoints %s and %s share the ring key %q: picks between them are ambiguous and differ between data planes", eps[i-1].hostPort, k.hostPort, k.key))
-		}
 		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
 		if fade != nil {
 			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve, fade.ringSize)
@@ -106,7 +98,7 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string
 				MetadataRingxds: {Fields: map[string]*structpb.Value{MetadataClusterVersion: structpb.NewStringValue(clusterVersion)}},
 			}},
 		}},
-	}, notes
+	}
 }
 
 // applyFade overrides endpoint i's weight with the fade plan's and adds the

@@ -259,9 +259,7 @@ func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	cla, claNotes := buildLoadAssignment(c, fade, clusterVersion)
-	cs.cla = cla
-	cs.notes = append(cs.notes, claNotes...)
+	cs.cla = buildLoadAssignment(c, fade, clusterVersion)
 	cs.notes = append(cs.notes, ringNotes(c, fade)...)
 	if fade != nil {
 		cs.notes = append(cs.notes, fade.notes...)
