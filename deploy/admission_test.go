@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ringxds/ringxds/internal/kubetest"
@@ -106,13 +107,40 @@ var admissionCases = []admissionCase{
 // that what kubectl accepts is what every replica serves.
 func TestKubeAdmissionPolicy(t *testing.T) {
 	env := kubetest.Start(t)
-	run(t, filepath.Join(env.Bin, "kubectl"), nil, "--kubeconfig", env.Kubeconfig(t),
-		"apply", "-f", filepath.Join("base", "validating-admission-policy.yaml"))
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	svcs := env.Client.CoreV1().Services(ns)
+	// Bad before the policy existed, one held by a finalizer as a
+	// controller would hold it.
+	for name, finalizers := range map[string][]string{"old-bad": nil, "old-held": {"example.com/hold"}} {
+		svc := admissionCase{a: on(watch.AnnotationLBPolicy, "maglev2")}.service(name)
+		svc.Finalizers = finalizers
+		if _, err := svcs.Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	run(t, filepath.Join(env.Bin, "kubectl"), nil, "--kubeconfig", env.Kubeconfig(t),
+		"apply", "-f", filepath.Join("base", "validating-admission-policy.yaml"))
 	waitForPolicy(ctx, t, env.Client, ns)
+
+	// The policy judges only changes to what ringxds reads: a Service that
+	// was bad before it existed can still be labelled, and deleted through
+	// its finalizers, or it (and its namespace) would hang in Terminating.
+	t.Run("pre-existing bad Service", func(t *testing.T) {
+		if _, err := svcs.Patch(ctx, "old-bad", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("a label change was refused: %v", err)
+		}
+		if _, err := svcs.Patch(ctx, "old-bad", types.MergePatchType, []byte(`{"metadata":{"annotations":{"ringxds.io/lb-policy":"maglev3"}}}`), metav1.PatchOptions{}); err == nil {
+			t.Errorf("a change to a bad ringxds.io/ value was accepted")
+		}
+		if err := svcs.Delete(ctx, "old-held", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svcs.Patch(ctx, "old-held", types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("removing the finalizer of a Service being deleted was refused: %v", err)
+		}
+	})
 
 	for i, c := range admissionCases {
 		t.Run(c.name, func(t *testing.T) {
