@@ -128,16 +128,17 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			report("endpointslice", p.object, p.field, "%s", p.msg)
 		}
 		c := settings.cluster(name, nil)
+		// A cluster starts over, its endpoints established, when it is
+		// first served with endpoints (a replica started later sees it so
+		// too: an opt-in or relabel whose slices come a moment after the
+		// Service, a scale up from zero) or when every identity changes.
 		known, served := b.joined[name]
-		if served && b.hashKeyOf[name] != settings.hashKey {
-			known, served = nil, false
+		if len(known) == 0 || b.hashKeyOf[name] != settings.hashKey {
+			known, served = make(map[string]model.Endpoint, len(eps)), false
+			b.joined[name] = known
 			delete(b.departed, name)
 		}
 		b.hashKeyOf[name] = settings.hashKey
-		if !served {
-			known = make(map[string]model.Endpoint, len(eps))
-			b.joined[name] = known
-		}
 		present := make(map[string]bool, len(eps))
 		// The cluster's fades end together: an endpoint whose own window
 		// has passed keeps its start until the last fade in the cluster is

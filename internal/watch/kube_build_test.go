@@ -452,3 +452,31 @@ func TestKubeAdmit(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeBuildFirstEndpointsAreEstablished: a Service served first with no
+// endpoints (its slices not yet labelled for the selector, or scaled to
+// zero) gets its first endpoints established, as a replica started after
+// they arrived sees them; they used to fade in on the replica that had
+// built the empty cluster.
+func TestKubeBuildFirstEndpointsAreEstablished(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &kubeFixture{
+		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})},
+		slices: map[string][]*discoveryv1.EndpointSlice{},
+	}
+	running := kubeNewBuilder()
+	if s, _, _ := running.build(f.svcs, f.slicesOf, t0); len(s.Clusters) != 0 {
+		t.Fatalf("clusters %v with no endpoints", s.Clusters)
+	}
+	f.slices["ns/svc"] = []*discoveryv1.EndpointSlice{kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0.Add(time.Second), "10.0.0.1", "10.0.0.2")}
+	a, _, _ := running.build(f.svcs, f.slicesOf, t0.Add(2*time.Second))
+	b, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0.Add(2*time.Second))
+	if !reflect.DeepEqual(a.Clusters, b.Clusters) {
+		t.Fatalf("the running replica publishes %+v, a fresh one %+v", a.Clusters, b.Clusters)
+	}
+	for _, e := range a.Clusters[0].Endpoints {
+		if !e.FirstSeen.IsZero() {
+			t.Fatalf("%s fades in from %v; a cluster's first endpoints are established", e.HostPort(), e.FirstSeen)
+		}
+	}
+}
