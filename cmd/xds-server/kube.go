@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,7 +50,7 @@ func newKubeSource(ctx context.Context, cfg config, log *zap.Logger, reg prometh
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, kubeCheckTimeout)
 	defer cancel()
-	if err := kubeCheckAccess(checkCtx, client, rc.Host, cfg.namespace); err != nil {
+	if err := kubeCheckAccess(checkCtx, client, rc.Host, cfg.namespace, log); err != nil {
 		return nil, err
 	}
 	return watch.NewKubeSource(client, watch.KubeOptions{
@@ -82,11 +83,17 @@ var kubeNeeded = []kubeAccess{
 
 // kubeCheckAccess asks the API server (SelfSubjectAccessReview) whether
 // these credentials may do everything in kubeNeeded in namespace ("" is all
-// namespaces), and names whatever is missing.
-func kubeCheckAccess(ctx context.Context, client kubernetes.Interface, host, namespace string) error {
+// namespaces), and names whatever is missing. Where the review itself is
+// forbidden (a hardened cluster without the system:basic-user binding) it
+// falls back to listing, which is what the informers do first.
+func kubeCheckAccess(ctx context.Context, client kubernetes.Interface, host, namespace string, log *zap.Logger) error {
 	var missing []string
 	for _, a := range kubeNeeded {
 		allowed, err := kubeAllowed(ctx, client, namespace, a)
+		if apierrors.IsForbidden(err) {
+			log.Warn("may not create SelfSubjectAccessReviews; checking by listing instead, and watch permissions go unchecked", zap.Error(err))
+			return kubeCheckByListing(ctx, client, host, namespace)
+		}
 		if err != nil {
 			return kubeCheckError(host, err)
 		}
@@ -97,6 +104,42 @@ func kubeCheckAccess(ctx context.Context, client kubernetes.Interface, host, nam
 	if len(missing) == 0 {
 		return nil
 	}
+	return kubeMissingError(ctx, client, namespace, missing)
+}
+
+// kubeCheckByListing lists one Service and one EndpointSlice in namespace
+// and names the list permissions that are refused.
+func kubeCheckByListing(ctx context.Context, client kubernetes.Interface, host, namespace string) error {
+	one := metav1.ListOptions{Limit: 1}
+	var (
+		missing []string
+		refusal error
+	)
+	for _, try := range []struct {
+		access kubeAccess
+		list   func() error
+	}{
+		{kubeNeeded[0], func() error { _, err := client.CoreV1().Services(namespace).List(ctx, one); return err }},
+		{kubeNeeded[2], func() error { _, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, one); return err }},
+	} {
+		err := try.list()
+		switch {
+		case apierrors.IsForbidden(err):
+			missing = append(missing, try.access.String())
+			refusal = cmp.Or(refusal, err)
+		case err != nil:
+			return kubeCheckError(host, err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// Without self-reviews the user's name is only in the refusal.
+	return fmt.Errorf("%w (%w)", kubeMissingError(ctx, client, namespace, missing), refusal)
+}
+
+// kubeMissingError names who lacks which permissions where.
+func kubeMissingError(ctx context.Context, client kubernetes.Interface, namespace string, missing []string) error {
 	where := "across all namespaces (--namespace is empty)"
 	if namespace != "" {
 		where = fmt.Sprintf("in namespace %q", namespace)
@@ -125,7 +168,7 @@ func kubeCheckError(host string, err error) error {
 	if !errors.As(err, &status) {
 		return fmt.Errorf("reach the Kubernetes API server at %s: %w", host, err)
 	}
-	return fmt.Errorf("check permissions with the Kubernetes API server at %s (creating a SelfSubjectAccessReview, which every authenticated user may): %w", host, err)
+	return fmt.Errorf("check permissions with the Kubernetes API server at %s: %w", host, err)
 }
 
 // kubeWhoAmI names the identity the API server sees, so that the operator

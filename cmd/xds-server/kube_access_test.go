@@ -138,3 +138,44 @@ func kubectl(t *testing.T, env *kubetest.Env, args ...string) {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
+
+// In a hardened cluster that does not let every user create
+// SelfSubjectAccessReviews (the system:basic-user binding removed), start-up
+// checks by listing instead: the deploy ClusterRole still starts, and
+// credentials without it are still named with what they lack.
+func TestKubeStartupWithoutSelfReviews(t *testing.T) {
+	env := kubetest.Start(t, kubetest.WithRBAC())
+	ns := env.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kubectl(t, env, "apply", "-f", filepath.Join("..", "..", "deploy", "base", "rbac.yaml"))
+	if err := env.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "system:basic-user", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nobody := "system:serviceaccount:" + ns + ":nobody"
+	// The authorizer's cache takes a moment to drop the binding.
+	for i := 0; ; i++ {
+		err := newKubeSourceErr(ctx, t, env, nobody, ns)
+		if err != nil && strings.Contains(err.Error(), "list services") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("SelfSubjectAccessReviews are still allowed, or the fallback failed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := newKubeSourceErr(ctx, t, env, nobody, ns)
+	for _, want := range []string{nobody, "list services", "list endpointslices.discovery.k8s.io", "deploy/base/rbac.yaml"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	if err := newKubeSourceErr(ctx, t, env, "system:serviceaccount:default:ringxds", ""); err != nil {
+		t.Fatalf("start-up failed with the deploy ClusterRole bound: %v", err)
+	}
+}
+
+func newKubeSourceErr(ctx context.Context, t *testing.T, env *kubetest.Env, user, namespace string) error {
+	_, err := newKubeSource(ctx, config{kubeconfig: impersonating(t, env, user), namespace: namespace}, zap.NewNop(), prometheus.NewRegistry())
+	return err
+}
