@@ -269,16 +269,8 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 		publish(*last)
 	}
 
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var pending, waiting bool
-	var first time.Time
-	// debounce (re)arms the timer for a quiet period, but never beyond
-	// the cap after the first event of the burst.
-	debounce := func(now time.Time) {
-		wait := min(s.debounce, first.Add(fileMaxDelayFactor*s.debounce).Sub(now))
-		timer.Reset(max(wait, 0))
-	}
+	l := &fileLoop{s: s, writers: writers, publish: publish, last: last, timer: time.NewTimer(time.Hour)}
+	l.timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -294,18 +286,13 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 					zap.String("directory", dir))
 				continue
 			}
-			if !s.relevant(ev) {
-				continue
+			if s.relevant(ev) {
+				l.changed(time.Now())
 			}
-			now := time.Now()
-			if !pending {
-				pending, first = true, now
-			}
-			debounce(now)
 		case <-writers.Closed():
 			// The file a reload was waiting on is complete.
-			if pending {
-				debounce(time.Now())
+			if l.pending {
+				l.debounce(time.Now())
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -314,39 +301,74 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			// An overflowed event queue means changes may have been lost;
 			// rereading the file is the only way to be sure.
 			s.log.Warn("file watcher error; rereading the file", zap.Error(err))
-			if !pending {
-				pending, first = true, time.Now()
+			if !l.pending {
+				l.pending, l.first = true, time.Now()
 			}
-			timer.Reset(s.debounce)
-		case <-timer.C:
-			if last, writing := writers.Writing(); writing {
-				// Written in place and not yet closed: the file may stop
-				// half-way, and a half that parses would be published.
-				if wait := time.Until(last.Add(s.writerWait)); wait > 0 {
-					if !waiting {
-						waiting = true
-						s.log.Info("the endpoints file is being written in place; waiting for the writer to close it",
-							zap.Time("last_write", last))
-					}
-					timer.Reset(wait)
-					continue
-				}
-				s.log.Warn("the endpoints file is held open for writing but idle for too long; reading it as it stands, possibly half-written: write the file elsewhere and rename it into place",
-					zap.Time("last_write", last), zap.Duration("wait", s.writerWait))
-			}
-			pending, waiting = false, false
-			st, err := s.reload(first)
-			if err != nil {
-				continue
-			}
-			if last != nil && fileStatesEqual(*last, st) {
-				s.log.Debug("endpoints file changed but its clusters did not; nothing to publish")
-				continue
-			}
-			publish(st)
-			last = &st
+			l.timer.Reset(s.debounce)
+		case <-l.timer.C:
+			l.quiet()
 		}
 	}
+}
+
+// fileLoop is the state of Run's loop between file events: a burst of
+// changes is read once it has been quiet for the debounce period.
+type fileLoop struct {
+	s       *FileSource
+	writers *fileWriters
+	publish func(model.State)
+	last    *model.State
+	timer   *time.Timer
+	// pending: a change is not read yet, first seen at first; waiting: the
+	// read waits for an in-place writer, which has been logged.
+	pending, waiting bool
+	first            time.Time
+}
+
+func (l *fileLoop) changed(now time.Time) {
+	if !l.pending {
+		l.pending, l.first = true, now
+	}
+	l.debounce(now)
+}
+
+// debounce (re)arms the timer for a quiet period, but never beyond the cap
+// after the first event of the burst.
+func (l *fileLoop) debounce(now time.Time) {
+	wait := min(l.s.debounce, l.first.Add(fileMaxDelayFactor*l.s.debounce).Sub(now))
+	l.timer.Reset(max(wait, 0))
+}
+
+// quiet reads the file once the burst is over, unless a writer still holds
+// it open, and publishes what changed.
+func (l *fileLoop) quiet() {
+	s := l.s
+	if last, writing := l.writers.Writing(); writing {
+		// Written in place and not yet closed: the file may stop half-way,
+		// and a half that parses would be published.
+		if wait := time.Until(last.Add(s.writerWait)); wait > 0 {
+			if !l.waiting {
+				l.waiting = true
+				s.log.Info("the endpoints file is being written in place; waiting for the writer to close it",
+					zap.Time("last_write", last))
+			}
+			l.timer.Reset(wait)
+			return
+		}
+		s.log.Warn("the endpoints file is held open for writing but idle for too long; reading it as it stands, possibly half-written: write the file elsewhere and rename it into place",
+			zap.Time("last_write", last), zap.Duration("wait", s.writerWait))
+	}
+	l.pending, l.waiting = false, false
+	st, err := s.reload(l.first)
+	if err != nil {
+		return
+	}
+	if l.last != nil && fileStatesEqual(*l.last, st) {
+		s.log.Debug("endpoints file changed but its clusters did not; nothing to publish")
+		return
+	}
+	l.publish(st)
+	l.last = &st
 }
 
 // relevant reports whether an event may have changed the file's content.

@@ -199,55 +199,74 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 	}
 	s.log.Info("informer caches synced")
 
-	b := kubeNewBuilder()
-	var last *model.State
-	var wasDraining map[string]bool
-	rebuild := func(reason string) time.Time {
-		s.mu.Lock()
-		changedAt := s.pendingSince
-		s.pendingSince = time.Time{}
-		s.mu.Unlock()
-		if changedAt.IsZero() {
-			changedAt = time.Now()
-		}
+	r := &kubeRebuilder{s: s, b: kubeNewBuilder(), services: svcLister, slices: sliceIndexer, publish: publish}
+	return s.kubeLoop(ctx, r.rebuild)
+}
 
-		start := time.Now()
-		svcs, err := svcLister.List(labels.Everything())
-		if err != nil {
-			// A cache lister cannot fail with labels.Everything; keep serving.
-			s.log.Error("listing services from cache", zap.Error(err))
-			return time.Time{}
-		}
-		svcs = slices.DeleteFunc(svcs, func(svc *corev1.Service) bool { return !kubeOptedIn(svc) })
-		state, problems, next := b.build(svcs, func(ns, name string) []*discoveryv1.EndpointSlice {
-			return kubeSlicesFor(sliceIndexer, ns, name)
-		}, start)
-		s.metrics.rebuilds.Inc()
-		s.metrics.rebuildSeconds.Observe(time.Since(start).Seconds())
-		s.kubeSetProblems(problems, start)
-		s.kubeLogDraining(wasDraining, b.draining)
-		wasDraining = b.draining
+// kubeRebuilder builds and publishes States from the informer caches. Only
+// the loop in Run uses it.
+type kubeRebuilder struct {
+	s           *KubeSource
+	b           *kubeBuilder
+	services    listersv1.ServiceLister
+	slices      cache.Indexer
+	publish     func(model.State)
+	last        *model.State
+	wasDraining map[string]bool
+}
 
-		if err := state.Normalize(); err != nil {
-			// build validates everything it emits; reaching this is a bug,
-			// and the last good State stays in force.
-			s.log.Error("built an invalid state; keeping the previous one", zap.Error(err))
-			return next
-		}
-		if last != nil && reflect.DeepEqual(last.Clusters, state.Clusters) {
-			s.log.Debug("rebuild changed nothing", zap.String("reason", reason))
-			return next
-		}
-		state.ChangedAt = changedAt
-		publish(state)
-		s.metrics.publishes.Inc()
-		s.metrics.clusters.Set(float64(len(state.Clusters)))
-		s.log.Info("published state", zap.String("reason", reason), zap.Int("clusters", len(state.Clusters)),
-			zap.Duration("since_change", time.Since(changedAt)))
-		last = &state
-		return next
+// rebuild builds the State from the caches and publishes it if it
+// changed. It returns when a fade ends and the State must be rebuilt.
+func (r *kubeRebuilder) rebuild(reason string) time.Time {
+	s := r.s
+	s.mu.Lock()
+	changedAt := s.pendingSince
+	s.pendingSince = time.Time{}
+	s.mu.Unlock()
+	if changedAt.IsZero() {
+		changedAt = time.Now()
 	}
 
+	start := time.Now()
+	svcs, err := r.services.List(labels.Everything())
+	if err != nil {
+		// A cache lister cannot fail with labels.Everything; keep serving.
+		s.log.Error("listing services from cache", zap.Error(err))
+		return time.Time{}
+	}
+	svcs = slices.DeleteFunc(svcs, func(svc *corev1.Service) bool { return !kubeOptedIn(svc) })
+	state, problems, next := r.b.build(svcs, func(ns, name string) []*discoveryv1.EndpointSlice {
+		return kubeSlicesFor(r.slices, ns, name)
+	}, start)
+	s.metrics.rebuilds.Inc()
+	s.metrics.rebuildSeconds.Observe(time.Since(start).Seconds())
+	s.kubeSetProblems(problems, start)
+	s.kubeLogDraining(r.wasDraining, r.b.draining)
+	r.wasDraining = r.b.draining
+
+	if err := state.Normalize(); err != nil {
+		// build validates everything it emits; reaching this is a bug, and
+		// the last good State stays in force.
+		s.log.Error("built an invalid state; keeping the previous one", zap.Error(err))
+		return next
+	}
+	if r.last != nil && reflect.DeepEqual(r.last.Clusters, state.Clusters) {
+		s.log.Debug("rebuild changed nothing", zap.String("reason", reason))
+		return next
+	}
+	state.ChangedAt = changedAt
+	r.publish(state)
+	s.metrics.publishes.Inc()
+	s.metrics.clusters.Set(float64(len(state.Clusters)))
+	s.log.Info("published state", zap.String("reason", reason), zap.Int("clusters", len(state.Clusters)),
+		zap.Duration("since_change", time.Since(changedAt)))
+	r.last = &state
+	return next
+}
+
+// kubeLoop rebuilds at once, then after each burst of changes (debounced)
+// and when a fade ends, until ctx is done.
+func (s *KubeSource) kubeLoop(ctx context.Context, rebuild func(reason string) time.Time) error {
 	quiet := time.NewTimer(time.Hour)
 	quiet.Stop()
 	fade := time.NewTimer(time.Hour)

@@ -94,7 +94,6 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 	b.draining = make(map[string]bool)
 	for _, svc := range services {
 		key := svc.Namespace + "/" + svc.Name
-		name := KubeClusterName(svc.Namespace, svc.Name)
 		report := func(kind, object, field, format string, args ...any) {
 			problems = append(problems, kubeProblem{kind: kind, Problem: Problem{
 				Source: "kubernetes", Object: object, Field: field, Message: fmt.Sprintf(format, args...),
@@ -115,104 +114,9 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			continue
 		}
 		live[key] = true
-
-		svcSlices := slicesOf(svc.Namespace, svc.Name)
-		eps, draining, slicesProblems := kubeEndpoints(svc, portName, settings.hashKey, svcSlices)
-		// Whatever made an endpoint join or leave (its own slice, another
-		// slice, the Service) is the newest write among them.
-		changed := kubeFadeTime(kubeServiceChangeTime(svc, svcSlices), now)
-		if draining {
-			b.draining[name] = true
-		}
-		for _, p := range slicesProblems {
-			report("endpointslice", p.object, p.field, "%s", p.msg)
-		}
-		c := settings.cluster(name, nil)
-		// A cluster starts over, its endpoints established, when it is
-		// first served with endpoints (a replica started later sees it so
-		// too: an opt-in or relabel whose slices come a moment after the
-		// Service, a scale up from zero) or when every identity changes.
-		known, served := b.joined[name]
-		if len(known) == 0 || b.hashKeyOf[name] != settings.hashKey {
-			known, served = make(map[string]model.Endpoint, len(eps)), false
-			b.joined[name] = known
-			delete(b.departed, name)
-		}
-		b.hashKeyOf[name] = settings.hashKey
-		present := make(map[string]bool, len(eps))
-		// The cluster's fades end together: an endpoint whose own window
-		// has passed keeps its start until the last fade in the cluster is
-		// over, because the fade-in schedule of the endpoints still fading
-		// is replayed from every start since the first of them
-		// (fadein.PlanRamp); dropping one start early would change it. A
-		// departed endpoint takes part in that replay too, so its window
-		// counts as long as it would have run.
-		var fadesEnd time.Time
-		extend := func(first time.Time) {
-			if !first.IsZero() && c.FadeIn != nil {
-				// The step at which the fade is over, as the snapshot
-				// sees it, not the instant: until then it still ramps.
-				if end := (fadein.Curve{Duration: c.FadeIn.Duration}).EndStep(first); end.After(fadesEnd) {
-					fadesEnd = end
-				}
-			}
-		}
-		for i := range eps {
-			e := &eps[i]
-			id := kubeIdentity(e.ep)
-			present[id] = true
-			prev, seen := known[id]
-			first := prev.FirstSeen
-			// Endpoints of a cluster seen for the first time are
-			// established; later arrivals fade in from the time
-			// Kubernetes recorded for the change.
-			if !seen && served && c.FadeIn != nil {
-				first = changed
-			}
-			e.ep.FirstSeen = first
-			extend(first)
-		}
-		var left []model.Departure
-		if c.FadeIn != nil {
-			gone := changed
-			for id, ep := range known {
-				if !present[id] {
-					left = append(left, model.Departure{Endpoint: ep, Gone: gone})
-					extend(ep.FirstSeen)
-				}
-			}
-			for _, d := range b.departed[name] {
-				extend(d.Endpoint.FirstSeen)
-			}
-		}
-		fading := c.FadeIn != nil && now.Before(fadesEnd)
-		if fading && (next.IsZero() || fadesEnd.Before(next)) {
+		c, fadesEnd := b.cluster(svc, settings, portName, slicesOf(svc.Namespace, svc.Name), now, report)
+		if now.Before(fadesEnd) && (next.IsZero() || fadesEnd.Before(next)) {
 			next = fadesEnd
-		}
-		// A removal with no fade under way needs no replay: the ring it
-		// leaves is the one every later plan starts from.
-		if fading {
-			departed := append(slices.Clone(b.departed[name]), left...)
-			sortDepartures(departed)
-			b.departed[name] = departed
-			c.Departed = slices.Clone(departed)
-		} else {
-			delete(b.departed, name)
-		}
-		for id := range known {
-			if !present[id] {
-				delete(known, id)
-			}
-		}
-		for _, e := range eps {
-			if !fading {
-				e.ep.FirstSeen = time.Time{}
-			}
-			c.Endpoints = append(c.Endpoints, e.ep)
-		}
-		c.ApplyDefaults()
-		for _, ep := range c.Endpoints {
-			known[kubeIdentity(ep)] = ep
 		}
 		if len(c.Endpoints) == 0 {
 			// The model has no empty clusters: a Service scaled to zero (or
@@ -222,6 +126,127 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 		}
 		state.Clusters = append(state.Clusters, c)
 	}
+	b.forget(live)
+	slices.SortFunc(state.Clusters, func(a, c model.Cluster) int { return strings.Compare(a.Name, c.Name) })
+	return state, problems, next
+}
+
+// cluster builds the cluster of one valid Service, with fade-in starts and
+// departures from the builder's memory, and returns when its last fade
+// ends (zero or past: none under way).
+func (b *kubeBuilder) cluster(svc *corev1.Service, settings kubeSettings, portName string, svcSlices []*discoveryv1.EndpointSlice, now time.Time,
+	report func(kind, object, field, format string, args ...any)) (model.Cluster, time.Time) {
+	name := KubeClusterName(svc.Namespace, svc.Name)
+	eps, draining, slicesProblems := kubeEndpoints(svc, portName, settings.hashKey, svcSlices)
+	if draining {
+		b.draining[name] = true
+	}
+	for _, p := range slicesProblems {
+		report("endpointslice", p.object, p.field, "%s", p.msg)
+	}
+	c := settings.cluster(name, nil)
+	// Whatever made an endpoint join or leave (its own slice, another
+	// slice, the Service) is the newest write among them.
+	changed := kubeFadeTime(kubeServiceChangeTime(svc, svcSlices), now)
+	fadesEnd := b.fadeIn(&c, settings.hashKey, eps, changed, now)
+	c.ApplyDefaults()
+	known := b.joined[name]
+	for _, ep := range c.Endpoints {
+		known[kubeIdentity(ep)] = ep
+	}
+	return c, fadesEnd
+}
+
+// fadeIn sets the endpoints of c from eps with their fade-in starts, and
+// its departures, from the builder's memory of the cluster, which it
+// updates: endpoints that joined at changed fade in, those that left at
+// changed are replayed while a fade is under way. It returns when the
+// cluster's last fade ends.
+func (b *kubeBuilder) fadeIn(c *model.Cluster, hashKey string, eps []kubeEndpoint, changed, now time.Time) time.Time {
+	name := c.Name
+	// A cluster starts over, its endpoints established, when it is first
+	// served with endpoints (a replica started later sees it so too: an
+	// opt-in or relabel whose slices come a moment after the Service, a
+	// scale up from zero) or when every identity changes.
+	known, served := b.joined[name]
+	if len(known) == 0 || b.hashKeyOf[name] != hashKey {
+		known, served = make(map[string]model.Endpoint, len(eps)), false
+		b.joined[name] = known
+		delete(b.departed, name)
+	}
+	b.hashKeyOf[name] = hashKey
+	present := make(map[string]bool, len(eps))
+	// The cluster's fades end together: an endpoint whose own window has
+	// passed keeps its start until the last fade in the cluster is over,
+	// because the fade-in schedule of the endpoints still fading is
+	// replayed from every start since the first of them (fadein.PlanRamp);
+	// dropping one start early would change it. A departed endpoint takes
+	// part in that replay too, so its window counts as long as it would
+	// have run.
+	var fadesEnd time.Time
+	extend := func(first time.Time) {
+		if !first.IsZero() && c.FadeIn != nil {
+			// The step at which the fade is over, as the snapshot sees it,
+			// not the instant: until then it still ramps.
+			if end := (fadein.Curve{Duration: c.FadeIn.Duration}).EndStep(first); end.After(fadesEnd) {
+				fadesEnd = end
+			}
+		}
+	}
+	for i := range eps {
+		e := &eps[i]
+		id := kubeIdentity(e.ep)
+		present[id] = true
+		prev, seen := known[id]
+		first := prev.FirstSeen
+		// Endpoints of a cluster seen for the first time are established;
+		// later arrivals fade in from the time Kubernetes recorded for the
+		// change.
+		if !seen && served && c.FadeIn != nil {
+			first = changed
+		}
+		e.ep.FirstSeen = first
+		extend(first)
+	}
+	var left []model.Departure
+	if c.FadeIn != nil {
+		for id, ep := range known {
+			if !present[id] {
+				left = append(left, model.Departure{Endpoint: ep, Gone: changed})
+				extend(ep.FirstSeen)
+			}
+		}
+		for _, d := range b.departed[name] {
+			extend(d.Endpoint.FirstSeen)
+		}
+	}
+	fading := c.FadeIn != nil && now.Before(fadesEnd)
+	// A removal with no fade under way needs no replay: the ring it leaves
+	// is the one every later plan starts from.
+	if fading {
+		departed := append(slices.Clone(b.departed[name]), left...)
+		sortDepartures(departed)
+		b.departed[name] = departed
+		c.Departed = slices.Clone(departed)
+	} else {
+		delete(b.departed, name)
+	}
+	for id := range known {
+		if !present[id] {
+			delete(known, id)
+		}
+	}
+	for _, e := range eps {
+		if !fading {
+			e.ep.FirstSeen = time.Time{}
+		}
+		c.Endpoints = append(c.Endpoints, e.ep)
+	}
+	return fadesEnd
+}
+
+// forget drops the memory of clusters whose Services are no longer served.
+func (b *kubeBuilder) forget(live map[string]bool) {
 	for name := range b.joined {
 		ns, svcName := kubeSplitClusterName(name)
 		if !live[ns+"/"+svcName] {
@@ -235,8 +260,6 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			delete(b.departed, name)
 		}
 	}
-	slices.SortFunc(state.Clusters, func(a, c model.Cluster) int { return strings.Compare(a.Name, c.Name) })
-	return state, problems, next
 }
 
 // kubeServiceSettings reads svc's annotations and resolves its port,

@@ -324,15 +324,23 @@ func TestKubeSource(t *testing.T) {
 		r.rec.waitFor(t, "one endpoint", kubeHasAddrs(name, "10.2.0.4:8080"))
 
 		// Scaled to zero the cluster is withdrawn; it returns with the
-		// first ready endpoint, which fades in.
+		// first ready endpoint, established, as a replica started now
+		// would see it (there is nothing to fade in against); the next
+		// one fades in.
 		sl.Endpoints = nil
 		kubeApplySlice(t, c, sl)
 		r.rec.waitFor(t, "the cluster to be withdrawn", kubeAbsent(name))
 		sl.Endpoints = kubeReadyEPs("10.2.0.6")
 		kubeApplySlice(t, c, sl)
 		s = r.rec.waitFor(t, "the new endpoint", kubeHasAddrs(name, "10.2.0.6:8080"))
-		if s.Clusters[0].Endpoints[0].FirstSeen.IsZero() {
-			t.Fatalf("an endpoint joining after scale-to-zero should fade in")
+		if !s.Clusters[0].Endpoints[0].FirstSeen.IsZero() {
+			t.Fatalf("the first endpoint after scale-to-zero fades in from %v; want established", s.Clusters[0].Endpoints[0].FirstSeen)
+		}
+		sl.Endpoints = kubeReadyEPs("10.2.0.6", "10.2.0.7")
+		kubeApplySlice(t, c, sl)
+		s = r.rec.waitFor(t, "the second endpoint", kubeHasAddrs(name, "10.2.0.6:8080", "10.2.0.7:8080"))
+		if s.Clusters[0].Endpoints[1].FirstSeen.IsZero() {
+			t.Fatalf("an endpoint joining the restored cluster should fade in")
 		}
 		kubeNoProblem(t, r.src)
 	})
