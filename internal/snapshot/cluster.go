@@ -1,8 +1,10 @@
 package snapshot
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
+	"slices"
 	"time"
 
 	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
@@ -32,6 +34,12 @@ const (
 	// grpc-go takes the balancer name from the part after the last '/', so a
 	// gRPC client with a balancer registered as "ringxds.skipper" would run it.
 	SkipperTypeURL = "type.googleapis.com/ringxds.skipper"
+	// PolicyNameRingHashFade names the custom policy that runs a laid-out
+	// ring_hash cluster's ring and cuts each key over to a new endpoint on
+	// its own during a fade-in (clientlib/grpcbalancer).
+	PolicyNameRingHashFade = "ringxds.ring_hash"
+	// RingHashFadeTypeURL is the TypedStruct type_url of that policy.
+	RingHashFadeTypeURL = "type.googleapis.com/ringxds.ring_hash"
 )
 
 // connectTimeout is Envoy's default, set explicitly so that the published
@@ -112,6 +120,17 @@ func lbPolicies(c *model.Cluster, kind Kind, fade *fadePlan) ([]*clusterv3.LoadB
 	var notes []string
 	var names []string
 	switch {
+	case c.Policy == model.PolicyRingHash && kind == KindGRPC && fade != nil && fade.layout:
+		// A gRPC client can only follow a fade through EDS weights, whole
+		// ring entries at a time, which cannot be exact for a batch
+		// (docs/fade-in.md). grpc-go with clientlib/grpcbalancer cuts each
+		// key over itself from the schedule in this entry; every other
+		// gRPC client skips the unknown TypedStruct (grpc-go
+		// convertCustomPolicy, C-core and grpc-java likewise) and runs the
+		// ring_hash entry, the weight ramp. The entry is published for as
+		// long as the cluster is laid out, not only mid-fade, so a fade's
+		// start or end never switches a client's policy.
+		names = []string{PolicyNameRingHashFade, PolicyNameRingHash}
 	case c.Policy == model.PolicyRingHash:
 		names = []string{PolicyNameRingHash}
 	case c.Policy == model.PolicyMaglev && kind == KindGRPC:
@@ -160,6 +179,8 @@ func lbPolicies(c *model.Cluster, kind Kind, fade *fadePlan) ([]*clusterv3.LoadB
 			}
 		case PolicyNameMaglev:
 			cfg = &maglevv3.Maglev{TableSize: wrapperspb.UInt64(c.TableSize)}
+		case PolicyNameRingHashFade:
+			cfg = &xdstypev3.TypedStruct{TypeUrl: RingHashFadeTypeURL, Value: fadeSchedule(c, fade)}
 		case PolicyNameSkipper:
 			// grpc-go hands the Struct to a registered balancer as its JSON
 			// config (clientlib/grpcbalancer). The route's hash policy
@@ -234,4 +255,41 @@ func weighted(c *model.Cluster) bool {
 		}
 	}
 	return false
+}
+
+// fadeSchedule is the config of the ringxds.ring_hash policy: the hash
+// header, the fade curve, and every endpoint's address, ring key, final
+// ring entries and, while it fades, its fade start. grpc-go passes
+// balancers no endpoint metadata (v1.85.0 cdsbalancer/configbuilder.go
+// reads it only for the HTTP CONNECT proxy address), so what the client
+// library reads from EDS travels here. Nothing in it changes from one fade
+// step to the next: only a scale event, or a fade's end, changes it.
+func fadeSchedule(c *model.Cluster, fade *fadePlan) *structpb.Struct {
+	eps := make([]*model.Endpoint, len(c.Endpoints))
+	for i := range c.Endpoints {
+		eps[i] = &c.Endpoints[i]
+	}
+	// EDS order, so that a schedule and the endpoints it lists read alike.
+	slices.SortFunc(eps, func(a, b *model.Endpoint) int {
+		return cmp.Or(cmp.Compare(RingKey(a), RingKey(b)), cmp.Compare(a.HostPort(), b.HostPort()))
+	})
+	list := make([]*structpb.Value, 0, len(eps))
+	for _, ep := range eps {
+		fe := fade.byHostPort[ep.HostPort()]
+		f := map[string]*structpb.Value{
+			"address":      structpb.NewStringValue(ep.HostPort()),
+			"key":          structpb.NewStringValue(RingKey(ep)),
+			"ring_entries": structpb.NewNumberValue(float64(fe.entries)),
+		}
+		if fe.fading {
+			f["fade_start"] = structpb.NewStringValue(fe.start.UTC().Format(time.RFC3339Nano))
+		}
+		list = append(list, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"hash_header":   structpb.NewStringValue(c.HashHeader),
+		"fade_duration": structpb.NewStringValue(fade.curve.Duration.String()),
+		"fade_exponent": structpb.NewNumberValue(fade.curve.Exponent),
+		"endpoints":     structpb.NewListValue(&structpb.ListValue{Values: list}),
+	}}
 }
