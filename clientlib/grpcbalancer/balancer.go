@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
@@ -20,18 +21,24 @@ import (
 	ringhashattr "google.golang.org/grpc/resolver/ringhash"
 	"google.golang.org/grpc/serviceconfig"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
 func init() {
-	balancer.Register(builder{})
+	balancer.Register(builder{name: Name})
+	balancer.Register(builder{name: NameRingHash})
 }
 
-type builder struct{}
+// builder builds both policies: they differ only in their config.
+type builder struct{ name string }
 
-func (builder) Name() string { return Name }
+func (b builder) Name() string { return b.name }
 
-func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+func (b builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	if b.name == NameRingHash {
+		return parseFadeConfig(js)
+	}
 	return parseConfig(js)
 }
 
@@ -60,6 +67,9 @@ type ringBalancer struct {
 	cfg  *config
 	keys []string // ring keys and weights the ring was built from, in child order
 	ring ringhash.Ring
+	// nring replaces ring for a ringxds.ring_hash config: one ring per
+	// fade-in event, each key cut over on its own (fadein.NRing).
+	nring *fadein.NRing
 }
 
 func (b *ringBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -68,7 +78,7 @@ func (b *ringBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		return fmt.Errorf("%s: unexpected config type %T", Name, s.BalancerConfig)
 	}
 	b.mu.Lock()
-	if b.cfg == nil || *b.cfg != *cfg {
+	if b.cfg == nil || !b.cfg.equal(cfg) {
 		b.keys = nil // rebuild the ring on the next child update
 	}
 	b.cfg = cfg
@@ -101,6 +111,10 @@ func (b *ringBalancer) UpdateState(s balancer.State) {
 	if len(children) == 0 || b.cfg == nil {
 		b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
 			Picker: base.NewErrPicker(errors.New(Name + ": no endpoints"))})
+		return
+	}
+	if b.cfg.fade != nil {
+		b.updateFade(children)
 		return
 	}
 	eps, err := b.ringEndpoints(children)
@@ -137,16 +151,87 @@ func (b *ringBalancer) UpdateState(s balancer.State) {
 		return
 	}
 
-	p := &picker{ring: b.ring, header: b.cfg.HashHeader, children: children}
-	state := aggregateState(children)
+	b.publish(&picker{ring: b.ring, header: b.cfg.HashHeader, children: children}, children)
+}
+
+// publish hands the parent a picker, in the state that all children
+// aggregate to.
+func (b *ringBalancer) publish(p *picker, all []endpointsharding.ChildState) {
+	state := aggregateState(all)
 	if state == connectivity.Connecting || state == connectivity.TransientFailure {
 		// Keep one connection attempt going, as grpc-go's ring_hash does,
 		// so a channel whose children all idle or failed recovers without
 		// waiting for a pick: the first idle child in key order, unless one
 		// is connecting already.
-		exitFirstIdle(children)
+		exitFirstIdle(p.children)
 	}
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
+}
+
+// updateFade puts the children the schedule lists on an N-ring, in the
+// schedule's order, and publishes a picker over them. Addresses carry
+// the members: grpc-go before v1.80 sets no hash key attribute, and the
+// schedule names each endpoint's ring key itself.
+//
+// CDS (the schedule) and EDS (the children) reach the client separately,
+// so for a moment they can disagree. Only endpoints in both are on the
+// ring: an endpoint about to join has no connection yet, and one about to
+// leave already left the schedule. Because ring_hash entries stay where
+// they are whatever else is on the ring, leaving either out moves only its
+// own keys, as its arrival or departure will.
+func (b *ringBalancer) updateFade(children []endpointsharding.ChildState) {
+	f := b.cfg.fade
+	byAddr := make(map[string]int, len(children))
+	for i, c := range children {
+		if len(c.Endpoint.Addresses) > 0 {
+			byAddr[c.Endpoint.Addresses[0].Addr] = i
+		}
+	}
+	members := make([]fadein.Member, 0, len(f.order))
+	ringChildren := make([]endpointsharding.ChildState, 0, len(f.order))
+	keys := make([]string, 0, len(f.order))
+	for _, addr := range f.order {
+		ci, ok := byAddr[addr]
+		if !ok {
+			continue
+		}
+		m := f.byAddr[addr]
+		members = append(members, fadein.Member{
+			Key:       ringhash.Endpoint{Key: m.key, Weight: m.entries},
+			FadeStart: m.start,
+			Curve:     f.curve,
+		})
+		ringChildren = append(ringChildren, children[ci])
+		keys = append(keys, addr+"/"+m.key+"/"+strconv.FormatUint(uint64(m.entries), 10)+"/"+m.start.Format(time.RFC3339Nano))
+	}
+	if len(members) == 0 {
+		b.keys = nil
+		b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: base.NewErrPicker(errors.New(NameRingHash + ": no endpoint of the schedule is in EDS"))})
+		return
+	}
+	if b.nring == nil || !slices.Equal(keys, b.keys) {
+		n := fadein.NewNRing(countRing)
+		if err := n.Update(members, time.Now()); err != nil {
+			b.keys = nil
+			b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+				Picker: base.NewErrPicker(fmt.Errorf("%s: %w", NameRingHash, err))})
+			return
+		}
+		b.nring, b.keys = n, keys
+	}
+	b.publish(&picker{nring: b.nring, header: b.cfg.HashHeader, children: ringChildren}, children)
+}
+
+// countRing is the ring_hash ring Envoy and grpc-go build for a laid-out
+// cluster once every member holds its final entries (fadein.NewCountRing):
+// with every member of a fade, the ring the fade ends in.
+func countRing(eps []ringhash.Endpoint) (ringhash.Ring, error) {
+	r, err := fadein.NewCountRing(eps, ringhash.XXHash)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // aggregateState is grpc-go ring_hash's aggregation (gRFC A61): READY if

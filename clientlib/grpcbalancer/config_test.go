@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -32,6 +33,39 @@ func TestParseConfig(t *testing.T) {
 		}
 		if c.HashHeader != tc.header || c.Policy != tc.pol {
 			t.Errorf("%s: header %q policy %q, want %q %q", tc.in, c.HashHeader, c.Policy, tc.header, tc.pol)
+		}
+	}
+}
+
+func TestParseFadeConfig(t *testing.T) {
+	const good = `{"hash_header":"X-Product-ID","fade_duration":"10s","fade_exponent":2.5,"endpoints":[` +
+		`{"address":"10.0.0.1:80","key":"a","ring_entries":32},` +
+		`{"address":"10.0.0.2:80","key":"b","ring_entries":32,"fade_start":"2026-01-01T00:00:00.5Z"}]}`
+	c, err := parseFadeConfig([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HashHeader != "x-product-id" || c.fade.curve.Duration != 10*time.Second || len(c.fade.order) != 2 || c.fade.byAddr["10.0.0.2:80"].start.IsZero() {
+		t.Fatalf("parsed %+v %+v", c, c.fade)
+	}
+	// grpc-go marshals parsed configs and parses them again.
+	js, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := parseFadeConfig(js)
+	if err != nil || !again.equal(c) {
+		t.Fatalf("round trip: %v, equal %v", err, again.equal(c))
+	}
+	for _, bad := range []string{
+		`{"fade_duration":"10s","endpoints":[]}`,
+		`{"fade_duration":"ten","endpoints":[{"address":"a:1","key":"a","ring_entries":1}]}`,
+		`{"fade_duration":"10s","endpoints":[{"address":"a:1","key":"a","ring_entries":0.5}]}`,
+		`{"fade_duration":"10s","endpoints":[{"address":"a:1","key":"a","ring_entries":1},{"address":"a:1","key":"b","ring_entries":1}]}`,
+		`{"fade_duration":"10s","endpoints":[{"address":"a:1","key":"a","ring_entries":1,"fade_start":"now"}]}`,
+	} {
+		if _, err := parseFadeConfig([]byte(bad)); err == nil {
+			t.Errorf("%s: parsed", bad)
 		}
 	}
 }

@@ -87,3 +87,26 @@ func TestOnlyPickedEndpointsAreConnected(t *testing.T) {
 		t.Fatalf("%d of %d backends connected for one key, want 1", connected, len(backends))
 	}
 }
+
+// With this package linked, grpc-go's own xDS client runs the
+// ringxds.ring_hash policy ringxds publishes ahead of ring_hash for a
+// cluster laid out for fade-in, and cuts each key over to a new endpoint
+// on its own: a 100 -> 110 batch keeps every key a new endpoint sees,
+// moves none between old endpoints and none back. The same fade without
+// the package (the weight ramp) is measured in internal/server/e2e
+// (TestBatchFadeWeightRampGRPC).
+func TestBatchFadeIsExactWithThePackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10 s fade through 110 backends")
+	}
+	m := testcp.BatchFade(t, 100, 10, 2000, 10*time.Second)
+	t.Logf("grpc-go with grpcbalancer, 100 -> 110 batch: %v", m)
+	if m.Precision != 100 || m.OldOld != 0 || m.Flaps != 0 {
+		t.Fatalf("want 100%% precision, no old-old churn and no flaps: %v", m)
+	}
+	// Proof the per-key cut-over ran, not the weight ramp it falls back
+	// to: mid-fade the two send some keys to different endpoints.
+	if m.OffRamp == 0 {
+		t.Fatalf("every sampled key went where the weight ramp sends it: ringxds.ring_hash did not run: %v", m)
+	}
+}

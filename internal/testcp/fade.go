@@ -1,0 +1,203 @@
+package testcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+)
+
+// FadeMetrics are docs/fade-in.md's measures of one scale-up, taken from
+// the owners a real client routed keys to: before the scale-up, in every
+// round of the fade, and once it agrees with /debug/pick after it.
+type FadeMetrics struct {
+	// Precision is the share, in percent, of the (key, new endpoint) pairs
+	// seen during the fade where that endpoint owns the key afterwards.
+	Precision float64
+	// Pairs is the number of such pairs.
+	Pairs int
+	// OldOld is the key moves between two old endpoints, per 100 keys.
+	OldOld float64
+	// Flaps is the moves from a new endpoint back to an old one, per key.
+	Flaps float64
+	// Moved is all owner changes per 100 keys; Ideal the keys the
+	// scale-up must move, per 100 keys.
+	Moved, Ideal float64
+	// Rounds is the number of sweeps of every key during the fade.
+	Rounds int
+	// OffRamp counts, over sampled keys in rounds mid-fade, the keys the
+	// client sent elsewhere than the weight ramp (/debug/pick for grpc-go
+	// without clientlib/grpcbalancer) did at that moment; OffRampOf is how
+	// many were sampled.
+	OffRamp, OffRampOf int
+}
+
+func (m FadeMetrics) String() string {
+	return fmt.Sprintf("precision %.2f%% (%d pairs), old-old %.3f per 100 keys, flaps %.4f per key, moved %.2f%% (ideal %.2f%%), %d rounds; %d/%d sampled keys off the weight ramp",
+		m.Precision, m.Pairs, m.OldOld, m.Flaps, m.Moved, m.Ideal, m.Rounds, m.OffRamp, m.OffRampOf)
+}
+
+// BatchFade runs a batch scale-up of a ring_hash cluster from old to
+// old+add backends (fade_in over fade, exponent 2.5, fixed hash keys)
+// through grpc-go's own xDS client, on the real clock, and measures it
+// over keys keys. Which ring_hash the client runs depends on the test
+// binary: with clientlib/grpcbalancer linked, its ringxds.ring_hash.
+func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics {
+	t.Helper()
+	backends := StartBackends(t, old+add)
+	yaml := func(n int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: %s, exponent: 2.5}\n    endpoints:\n", fade)
+		for i, be := range backends[:n] {
+			host, port, _ := strings.Cut(be.Addr, ":")
+			fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%03d}\n", host, port, i)
+		}
+		return b.String()
+	}
+	cp := Start(t, TempFile(t, yaml(old)))
+	client := testgrpc.NewTestServiceClient(DialXDS(t, cp.XDSAddr, "products"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*fade+60*time.Second)
+	defer cancel()
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("product-%d", i)
+	}
+	sweep := func() []string {
+		out := make([]string, keys)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var firstErr error
+		const workers = 16
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < keys; i += workers {
+					be, err := Call(ctx, client, "x-product-id", names[i])
+					if err != nil {
+						mu.Lock()
+						firstErr = fmt.Errorf("RPC for %s: %w", names[i], err)
+						mu.Unlock()
+						return
+					}
+					out[i] = be
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			t.Fatal(firstErr)
+		}
+		return out
+	}
+	// agreed sweeps until every key goes where /debug/pick says the
+	// published ring sends it, outside any fade.
+	agreed := func(when string) []string {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got, bad := sweep(), 0
+			for i, key := range names {
+				if got[i] != cp.Pick("products", key, "grpc").Endpoint {
+					bad++
+				}
+			}
+			if bad == 0 {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d/%d keys disagree with /debug/pick", when, bad, keys)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	before := agreed("before the scale-up")
+
+	WriteFile(t, cp.File, yaml(old+add))
+	var start time.Time
+	WaitFor(t, 5*time.Second, "the new endpoints to fade in", func() bool {
+		if st := cp.Server.Current().Fading["products"]; len(st) == add {
+			start = st[0].Start
+			return true
+		}
+		return false
+	})
+	isNew := map[string]bool{}
+	for _, be := range backends[old:] {
+		isNew[be.Addr] = true
+	}
+
+	var m FadeMetrics
+	type pair struct {
+		key int
+		be  string
+	}
+	seen := map[pair]bool{}
+	prev := before
+	var moved, oldOld, flaps int
+	step := func(cur []string) {
+		for i, be := range cur {
+			if isNew[be] {
+				seen[pair{i, be}] = true
+			}
+			if be == prev[i] {
+				continue
+			}
+			moved++
+			switch {
+			case !isNew[prev[i]] && !isNew[be]:
+				oldOld++
+			case isNew[prev[i]] && !isNew[be]:
+				flaps++
+			}
+		}
+		prev = cur
+	}
+	for len(cp.Server.Current().Fading["products"]) > 0 {
+		if time.Since(start) > 2*fade+10*time.Second {
+			t.Fatal("the fade did not end")
+		}
+		cur := sweep()
+		if el := time.Since(start); el > fade/5 && el < fade*9/10 {
+			// Sample the weight ramp mid-fade, where it and a per-key
+			// cut-over part most.
+			for i := 0; i < keys; i += max(keys/100, 1) {
+				m.OffRampOf++
+				if cur[i] != cp.Pick("products", names[i], "grpc").Endpoint {
+					m.OffRamp++
+				}
+			}
+		}
+		step(cur)
+		m.Rounds++
+		time.Sleep(50 * time.Millisecond)
+	}
+	final := agreed("after the fade")
+	step(final)
+
+	good := 0
+	for p := range seen {
+		if final[p.key] == p.be {
+			good++
+		}
+	}
+	toNew := 0
+	for i := range final {
+		if isNew[final[i]] {
+			toNew++
+		}
+	}
+	m.Pairs = len(seen)
+	m.Precision = 100 * float64(good) / float64(max(len(seen), 1))
+	m.OldOld = 100 * float64(oldOld) / float64(keys)
+	m.Flaps = float64(flaps) / float64(keys)
+	m.Moved = 100 * float64(moved) / float64(keys)
+	m.Ideal = 100 * float64(add) / float64(old+add)
+	if toNew == 0 {
+		t.Fatal("no key moved to a new backend")
+	}
+	return m
+}
