@@ -58,7 +58,9 @@ func Worst(vs []Verdict) string {
 type Verdict struct {
 	Cluster string `json:"cluster"`
 	State   string `json:"state"`
-	// Reason says why, in words an operator can act on; empty for ok.
+	// Reason says why, in words an operator can act on; empty for ok,
+	// except where an ok client still routes some keys differently by
+	// design (a per-key fade-in cut-over).
 	Reason string `json:"reason,omitempty"`
 	// Elsewhere is the share of the key space the client sends to another
 	// pod than Envoy does, when measured (StateRingDiffers).
@@ -181,7 +183,10 @@ func incompatibleReason(d snapshot.Dialect, kind snapshot.Kind, cds *clusterv3.C
 
 func differsReason(d snapshot.Dialect, ref, got *snapshot.Decoded, differ float64, exact bool) string {
 	var why []string
-	if ref.Ring.Policy() != got.Ring.Policy() {
+	switch {
+	case ref.Ring.Policy() != got.Ring.Policy() && got.Ring.Policy() == ringhash.PolicySkipper:
+		why = append(why, fmt.Sprintf("it runs the cluster's Skipper ring (clientlib/grpcbalancer), which Envoy cannot, and Envoy runs %s", ref.Ring.Policy()))
+	case ref.Ring.Policy() != got.Ring.Policy():
 		why = append(why, fmt.Sprintf("Envoy runs %s on this cluster, which %s cannot, and %s runs %s", ref.Ring.Policy(), d.Name, d.Name, got.Ring.Policy()))
 	}
 	if d.KeyPrefix != "" {
@@ -255,8 +260,30 @@ func (a *Assessor) Assess(snap *snapshot.Snapshot, c Client, clusters []string) 
 			continue
 		}
 		out[i] = a.verdict(snap, d, c.Kind, name)
+		if c.GRPCBalancer && out[i].State == StateOK && fadesPerKey(snap, c.Kind, name) {
+			out[i].Reason = "grpc-go runs ringxds.ring_hash (clientlib/grpcbalancer): while endpoints fade in it cuts each key over on its own, so until the fade ends some keys reach their new endpoint earlier or later than on Envoy, never another old one; it ends on Envoy's ring"
+		}
 	}
 	return out
+}
+
+// fadesPerKey reports whether the cluster, as served to kind, carries the
+// ringxds.ring_hash schedule while some endpoint fades in: then a grpc-go
+// client with clientlib/grpcbalancer follows its own per-key cut-over
+// rather than the weight ramp the verdict decodes. Both share the ring of
+// every established endpoint and the ring the fade ends in; only when a
+// fading endpoint takes a key differs.
+func fadesPerKey(snap *snapshot.Snapshot, kind snapshot.Kind, cluster string) bool {
+	if snap == nil || len(snap.Fading[cluster]) == 0 {
+		return false
+	}
+	cds, _ := resources(snap, kind, cluster)
+	for _, p := range cds.GetLoadBalancingPolicy().GetPolicies() {
+		if p.GetTypedExtensionConfig().GetName() == snapshot.PolicyNameRingHashFade {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Assessor) verdict(snap *snapshot.Snapshot, d snapshot.Dialect, kind snapshot.Kind, cluster string) Verdict {

@@ -51,6 +51,7 @@ func TestAssess(t *testing.T) {
 		model.Cluster{Name: "huge", MinRingSize: 2 << 20, MaxRingSize: 2 << 20, Endpoints: endpoints(1, 1, 1)},
 	)
 	forced := func(c Client, kind snapshot.Kind) Client { c.Kind, c.KindFromMetadata = kind, true; return c }
+	withPackage := func(c Client) Client { c.GRPCBalancer = true; return c }
 	for _, tc := range []struct {
 		name    string
 		client  Client
@@ -62,6 +63,8 @@ func TestAssess(t *testing.T) {
 		{"grpc-go", client(GRPCGo, 1, 85), "products", StateOK, ""},
 		{"grpc-go on maglev served as ring_hash", client(GRPCGo, 1, 85), "inventory", StateRingDiffers, "Envoy runs maglev on this cluster, which grpc-go cannot"},
 		{"grpc-go on skipper served as ring_hash", client(GRPCGo, 1, 85), "catalog", StateOK, ""},
+		{"grpc-go with grpcbalancer runs skipper", withPackage(client(GRPCGo, 1, 85)), "catalog", StateRingDiffers, "Skipper ring (clientlib/grpcbalancer)"},
+		{"grpc-go with grpcbalancer on ring_hash", withPackage(client(GRPCGo, 1, 85)), "products", StateOK, ""},
 		{"grpc-go with hash keys", client(GRPCGo, 1, 85), "keyed", StateOK, ""},
 		{"grpc-go before A76 ignores hash keys", client(GRPCGo, 1, 78), "keyed", StateRingDiffers, "ignores the envoy.lb hash_key"},
 		{"grpc-go before A52 reads the legacy fields", client(GRPCGo, 1, 50), "products", StateOK, ""},
@@ -187,4 +190,36 @@ func buildB(b *testing.B, clusters ...model.Cluster) *snapshot.Snapshot {
 		b.Fatal(err)
 	}
 	return snap
+}
+
+// A grpc-go client running clientlib/grpcbalancer follows the published
+// weight ramp's rings before and after a fade; mid-fade its verdict says
+// that it cuts keys over on its own.
+func TestAssessGRPCBalancerMidFade(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eps := endpoints(1, 1, 1, 1, 1)
+	eps[4].FirstSeen = now.Add(-5 * time.Second)
+	st := model.State{Clusters: []model.Cluster{{Name: "products", FadeIn: &model.FadeIn{Duration: 10 * time.Second, Exponent: 2.5}, Endpoints: eps}}}
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Build(st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(GRPCGo, 1, 85)
+	if v := Assess(snap, c, "products"); v.State != StateOK || v.Reason != "" {
+		t.Errorf("without the package: %+v", v)
+	}
+	c.GRPCBalancer = true
+	if v := Assess(snap, c, "products"); v.State != StateOK || !strings.Contains(v.Reason, "cuts each key over") {
+		t.Errorf("with the package mid-fade: %+v", v)
+	}
+	later, err := snapshot.Build(st, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := Assess(later, c, "products"); v.State != StateOK || v.Reason != "" {
+		t.Errorf("with the package after the fade: %+v", v)
+	}
 }

@@ -31,6 +31,9 @@ func (c Client) Dialect() (snapshot.Dialect, bool) {
 			d.Weights = snapshot.WeightsLocalityProduct
 		}
 		d.HashKey = !v.Before(1, 80)
+		// clientlib/grpcbalancer runs the ringxds.skipper entry, so a
+		// skipper cluster is judged by the Skipper ring it builds.
+		d.Skipper = c.GRPCBalancer
 	case GRPCJS:
 		d = snapshot.DialectGRPCJS
 		d.LoadBalancingPolicy = !v.Before(1, 10)

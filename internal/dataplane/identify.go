@@ -15,6 +15,14 @@ import (
 // "grpc-round-robin" or "clientlib". The client library always sets it.
 const KindMetadataKey = "ringxds.io/client"
 
+// GRPCBalancerMetadataKey is the node metadata field (true) a grpc-go
+// client sets in its bootstrap when it imports clientlib/grpcbalancer. The
+// package changes what the client runs (the ringxds.skipper and
+// ringxds.ring_hash entries ringxds publishes ahead of ring_hash), and
+// nothing else on the xDS stream shows it: without the field the client
+// is judged by the ring_hash fallback.
+const GRPCBalancerMetadataKey = "ringxds.io/grpcbalancer"
+
 // Implementation names, as /debug/clients and the metrics show them.
 const (
 	Envoy     = "envoy"
@@ -44,6 +52,9 @@ type Client struct {
 	// KindFromMetadata is set when the node chose Kind itself
 	// (KindMetadataKey) rather than ringxds from its user agent.
 	KindFromMetadata bool `json:"kind_from_metadata,omitempty"`
+	// GRPCBalancer is set for a grpc-go client whose node metadata says it
+	// runs clientlib/grpcbalancer (GRPCBalancerMetadataKey).
+	GRPCBalancer bool `json:"grpcbalancer,omitempty"`
 }
 
 // Version is a release number; the zero Version means unknown.
@@ -145,6 +156,7 @@ func Identify(n *core.Node) Client {
 			c.Kind, c.KindFromMetadata = k, true
 		}
 	}
+	c.GRPCBalancer = c.Implementation == GRPCGo && n.GetMetadata().GetFields()[GRPCBalancerMetadataKey].GetBoolValue()
 	return c
 }
 
@@ -243,6 +255,9 @@ func (c Client) UserAgent() string {
 	}
 	if c.Language != "" {
 		s += " (" + c.Language + ")"
+	}
+	if c.GRPCBalancer {
+		s += " with grpcbalancer"
 	}
 	return s
 }

@@ -32,6 +32,11 @@ func TestIdentify(t *testing.T) {
 		{"envoy", &core.Node{Id: "sidecar", UserAgentName: "envoy", UserAgentVersionType: &core.Node_UserAgentBuildVersion{
 			UserAgentBuildVersion: &core.BuildVersion{Version: &typev3.SemanticVersion{MajorNumber: 1, MinorNumber: 37, Patch: 2}}}}, Client{Implementation: Envoy, Version: Version{1, 37, 2}, Kind: snapshot.KindEnvoy}},
 		{"grpc-go", node("gRPC Go", "1.85.0"), Client{Implementation: GRPCGo, Version: Version{1, 85, 0}, Kind: snapshot.KindGRPC}},
+		{"grpc-go with grpcbalancer", func() *core.Node {
+			n := node("gRPC Go", "1.85.0")
+			n.Metadata, _ = structpb.NewStruct(map[string]any{GRPCBalancerMetadataKey: true})
+			return n
+		}(), Client{Implementation: GRPCGo, Version: Version{1, 85, 0}, Kind: snapshot.KindGRPC, GRPCBalancer: true}},
 		{"grpc-go dev build", node("gRPC Go", "1.86.0-dev"), Client{Implementation: GRPCGo, Version: Version{1, 86, 0}, Kind: snapshot.KindGRPC}},
 		{"grpc-js", node("gRPC Node Pure JS", "1.14.1"), Client{Implementation: GRPCJS, Version: Version{1, 14, 1}, Kind: snapshot.KindGRPCLegacy}},
 		{"python 1.51", node("gRPC C-core linux Python", "C-core 29.0.0 Python 1.51.1"),
