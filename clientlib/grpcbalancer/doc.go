@@ -33,7 +33,45 @@
 // weighted) or "maglev" (Envoy's table), so the policy also serves a plain
 // gRPC service config that wants Maglev, which grpc-go lacks.
 //
+// # Exact fade-in: ringxds.ring_hash
+//
+// The package also registers "ringxds.ring_hash". For a ring_hash cluster
+// laid out for fade-in, ringxds publishes to gRPC clients
+// [TypedStruct ".../ringxds.ring_hash", ring_hash]. Clients without this
+// package (and grpc-js, C-core, grpc-java) skip the TypedStruct and follow
+// the weight ramp the ring_hash entry and EDS weights publish, whole ring
+// entries at a time. With it, grpc-go cuts each key over on its own, as
+// the client library's N-ring does (internal/fadein.NRing): one ring per
+// scale-up event, each the cluster's final ring_hash entries of the
+// members up to that event (fadein.NewCountRing, the ring Envoy and
+// grpc-go build once the fade ends); a key uses the newest ring whose
+// event's share, at the fade step in force (whole wall-clock seconds,
+// fadein.StepTime), exceeds a second hash of the key. During a fade every
+// key is either on its pre-fade owner or on its final one, moves at most
+// once and never between old endpoints: a 100 -> 110 batch keeps 100%
+// warm precision, where the weight ramp loses a little (docs/fade-in.md).
+//
+// grpc-go hands balancers no endpoint metadata, so the schedule travels
+// in the config, which changes on scale events and fade ends, never per
+// step:
+//
+//	{"hash_header": "x-product-id", "fade_duration": "30s", "fade_exponent": 2.5,
+//	 "endpoints": [{"address": "10.0.0.1:8080", "key": "pod-a", "ring_entries": 32},
+//	               {"address": "10.0.0.9:8080", "key": "pod-z", "ring_entries": 32,
+//	                "fade_start": "2026-01-01T00:00:00.5Z"}]}
+//
+// Endpoints are matched to EDS by address; only those in both the
+// schedule and EDS are on the ring (CDS and EDS arrive separately, and
+// leaving one out moves only its own keys). The EDS weights of each
+// step are ignored.
+//
+// ringxds cannot see that a client imports the package. Set
+// "ringxds.io/grpcbalancer": true in the node metadata of the client's
+// xDS bootstrap so that /debug/clients judges it by what it runs (the
+// Skipper ring on skipper clusters).
+//
 // Endpoints in TRANSIENT_FAILURE are walked past in ring order, as
 // grpc-go's ring_hash does; an owner that is still connecting holds the
-// RPC rather than send the key elsewhere.
+// RPC rather than send the key elsewhere. A keyed pick allocates only
+// grpc-go's copy of the hash header's values.
 package grpcbalancer
