@@ -61,6 +61,7 @@ var admissionCases = []admissionCase{
 	{name: "hash-header empty", a: on(watch.AnnotationHashHeader, " "), bad: watch.AnnotationHashHeader},
 	{name: "hash-header upper case", a: on(watch.AnnotationHashHeader, "X-User"), bad: watch.AnnotationHashHeader},
 	{name: "hash-header pseudo header", a: on(watch.AnnotationHashHeader, ":path"), bad: watch.AnnotationHashHeader},
+	{name: "hash-header binary", a: on(watch.AnnotationHashHeader, "x-user-bin"), bad: watch.AnnotationHashHeader},
 	{name: "hash-header odd but valid", a: on(watch.AnnotationHashHeader, "x_user.id-2")},
 	{name: "ring-size", a: on(watch.AnnotationRingSize, "01024")},
 	{name: "ring-size zero", a: on(watch.AnnotationRingSize, "0"), bad: watch.AnnotationRingSize},

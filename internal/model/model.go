@@ -226,8 +226,14 @@ func (c *Cluster) Validate() error {
 	if _, err := ParsePolicy(string(c.Policy)); err != nil {
 		errs = append(errs, &FieldError{Field: "lb_policy", Err: err})
 	}
-	if !validHeaderName(c.HashHeader) {
+	switch {
+	case !validHeaderName(c.HashHeader):
 		errs = append(errs, fieldErr("hash_header", "%q is not a valid lower-case HTTP header name", c.HashHeader))
+	case strings.HasSuffix(c.HashHeader, "-bin"):
+		// gRPC carries a -bin header as binary metadata, which its ring
+		// hash cannot hash: grpc-go refuses such a hash header and with it
+		// the whole cluster.
+		errs = append(errs, fieldErr("hash_header", "%q is a binary (-bin) header, which gRPC clients cannot hash", c.HashHeader))
 	}
 	if c.MinRingSize < 1 || c.MinRingSize > MaxRingSize {
 		errs = append(errs, fieldErr("minimum_ring_size", "%d is outside 1..%d", c.MinRingSize, MaxRingSize))

@@ -58,6 +58,7 @@ func TestValidateNamesEachProblem(t *testing.T) {
 		{"slash in name", func(c *Cluster) { c.Name = "a/b" }, "name", "must not contain"},
 		{"bad policy", func(c *Cluster) { c.Policy = "round_robin" }, "lb_policy", `unknown lb_policy "round_robin"`},
 		{"bad header", func(c *Cluster) { c.HashHeader = "X Product" }, "hash_header", "not a valid"},
+		{"binary header", func(c *Cluster) { c.HashHeader = "x-product-bin" }, "hash_header", "gRPC clients cannot hash"},
 		{"min above max", func(c *Cluster) { c.MinRingSize, c.MaxRingSize = 4096, 1024 }, "minimum_ring_size", "larger than maximum_ring_size"},
 		{"ring too large", func(c *Cluster) { c.MaxRingSize = MaxRingSize + 1 }, "maximum_ring_size", "outside"},
 		{"non-prime table", func(c *Cluster) { c.Policy, c.TableSize = PolicyMaglev, 65536 }, "table_size", "must be a prime"},
