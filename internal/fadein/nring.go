@@ -87,7 +87,11 @@ func (n *NRing) Update(members []Member, now time.Time) error {
 			established = append(established, i)
 			continue
 		}
-		e := event{start: m.FadeStart, curve: m.Curve}
+		// Starts in one fade step form one event, as the published weight
+		// ramp takes them together: pods turning ready milliseconds apart
+		// would otherwise each get a ring, and a key could move from one
+		// new member to another.
+		e := event{start: StepTime(m.FadeStart), curve: m.Curve}
 		fading[e] = append(fading[e], i)
 	}
 	events := make([]event, 0, len(fading))
