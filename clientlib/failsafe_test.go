@@ -235,9 +235,11 @@ func TestFadeKeepsKeysOnTheirOwners(t *testing.T) {
 	t.Logf("mid-fade, %d of %d first attempts on the key's owner", kept, n)
 	// Eight calls in flight over three established owners put one over
 	// its bound now and then, which bounded load is for; under the race
-	// detector that is up to 6% of calls. Bounding the heavy owners by
-	// the fading endpoints' share instead kept about a third.
-	if kept < n*90/100 {
+	// detector that is up to 6% of calls, and on a machine busy with other
+	// work (calls slower, more of them in flight) up to 11% was seen.
+	// Bounding the heavy owners by the fading endpoints' share instead
+	// kept about a third, far below this line.
+	if kept < n*80/100 {
 		t.Fatalf("only %d of %d calls went to the key's owner mid-fade", kept, n)
 	}
 }
