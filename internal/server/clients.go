@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
@@ -49,6 +51,17 @@ type ClientStatus struct {
 	Peer        string                 `json:"peer"`
 	ConnectedAt time.Time              `json:"connected_at"`
 	Types       map[string]*TypeStatus `json:"types"`
+	// Connection numbers the gRPC connection the stream is on; streams
+	// sharing one are one client to the limits.
+	Connection uint64 `json:"connection"`
+	// Names is the number of resource names the stream subscribes to,
+	// all types together (--max-names-per-stream), and ConnectionNames
+	// over every stream of its connection (--max-names-per-connection).
+	Names           int `json:"names"`
+	ConnectionNames int `json:"connection_names"`
+	// LimitHits lists the limits that refused this stream's connection
+	// anything (a stream, a request, the connection itself), with counts.
+	LimitHits []LimitHit `json:"limit_hits,omitempty"`
 }
 
 // TypeStatus is the per-resource-type exchange state of a stream.
@@ -111,7 +124,7 @@ type client struct {
 	// sentByNonce remembers the version of each response not answered yet:
 	// delta ACKs carry only the nonce, and a SotW NACK names the version the
 	// client keeps, not the one it rejected.
-	sentByNonce map[string]string
+	sentByNonce map[string]sentResponse
 	// clusters are the CDS names the client subscribes to (all published
 	// clusters when cdsWildcard), the clusters its verdicts are about.
 	clusters    map[string]struct{}
@@ -128,10 +141,19 @@ type client struct {
 	assessed    *snapshot.Snapshot
 	subsChanged bool
 	assessGen   uint64
-	// nodeKey is what identified the node (user agent and kind metadata);
-	// a later request naming another re-identifies the stream.
-	nodeKey string
+	// nodeKey is a hash of what identified the node (user agent and kind
+	// metadata); a later request naming another re-identifies the stream.
+	nodeKey [sha256.Size]byte
 	closed  bool
+
+	// conn is the stream's connection; bucket its request rate; names
+	// the resource names it subscribes to, counted in conn.names.
+	conn   *connState
+	bucket *tokenBucket
+	names  int
+	// defaultType is the type of a non-ADS stream, which go-control-plane
+	// fills into delta requests only after the callbacks.
+	defaultType string
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -143,22 +165,33 @@ type registry struct {
 	current  func() *snapshot.Snapshot
 	assessor dataplane.Assessor
 	queue    *assessQueue
+	limiter  *limiter
 
 	mu      sync.RWMutex
 	streams map[streamKey]*client
 }
 
 func newRegistry(log *zap.Logger, m *metrics) *registry {
-	return &registry{log: log, metrics: m, now: time.Now, streams: make(map[streamKey]*client), queue: newAssessQueue()}
+	return &registry{log: log, metrics: m, now: time.Now, streams: make(map[streamKey]*client), queue: newAssessQueue(),
+		limiter: newLimiter(DefaultLimits(), log, m, time.Now)}
 }
 
-func (r *registry) open(ctx context.Context, protocol string, id int64) {
-	c := &client{status: ClientStatus{
+func (r *registry) open(ctx context.Context, protocol string, id int64, defaultType string) {
+	now := r.now()
+	c := &client{defaultType: defaultType, status: ClientStatus{
 		StreamID:    id,
 		Protocol:    protocol,
-		ConnectedAt: r.now(),
+		ConnectedAt: now,
 		Types:       make(map[string]*TypeStatus, 4),
 	}}
+	c.conn = connFrom(ctx)
+	if c.conn == nil {
+		c.conn = r.limiter.newConn()
+	}
+	c.status.Connection = c.conn.id
+	if lim := r.limiter.limits; lim.RequestsPerSecond > 0 {
+		c.bucket = newTokenBucket(lim.RequestsPerSecond, max(lim.RequestBurst, 1), now)
+	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.status.Peer = p.Addr.String()
 	}
@@ -179,6 +212,8 @@ func (r *registry) closed(protocol string, id int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	c.conn.names.Add(-int64(c.names))
+	c.names = 0
 	if c.identified {
 		r.metrics.connected.WithLabelValues(string(c.status.Kind), protocol).Dec()
 		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
@@ -211,9 +246,9 @@ func (r *registry) identify(c *client, n *core.Node) {
 	defer r.queueAssessment(c)
 	c.assessed = nil
 	c.identified, c.nodeKey = true, key
-	c.status.NodeID = n.GetId()
-	c.status.NodeCluster = n.GetCluster()
-	c.status.UserAgent = strings.TrimSpace(n.GetUserAgentName() + " " + n.GetUserAgentVersion())
+	c.status.NodeID = truncate(n.GetId(), maxNodeBytes)
+	c.status.NodeCluster = truncate(n.GetCluster(), maxNodeBytes)
+	c.status.UserAgent = truncate(strings.TrimSpace(n.GetUserAgentName()+" "+n.GetUserAgentVersion()), maxNodeBytes)
 	c.status.Implementation = dataplane.Identify(n)
 	c.status.Kind = c.status.Implementation.Kind
 	c.status.Encoding = c.status.Kind.Encoding()
@@ -224,15 +259,27 @@ func (r *registry) identify(c *client, n *core.Node) {
 	r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Inc()
 	r.log.Info("xDS client connected",
 		zap.String("node", c.status.NodeID), zap.String("kind", string(c.status.Kind)),
-		zap.String("implementation", c.status.Implementation.UserAgent()),
+		zap.String("implementation", truncate(c.status.Implementation.UserAgent(), maxNodeBytes)),
 		zap.String("protocol", c.status.Protocol), zap.String("peer", c.status.Peer),
 		zap.String("user_agent", c.status.UserAgent))
 }
 
-// nodeKey is the part of a node that decides its identity and kind.
-func nodeKey(n *core.Node) string {
-	return n.GetId() + "\x00" + n.GetUserAgentName() + "\x00" + n.GetUserAgentVersion() + "\x00" +
-		n.GetMetadata().GetFields()[dataplane.KindMetadataKey].GetStringValue()
+// maxNodeBytes bounds each node string kept and logged: they come from
+// the client.
+const maxNodeBytes = 256
+
+// nodeKey hashes the part of a node that decides its identity and kind,
+// so a stream keeps 32 bytes of it whatever the client sends.
+func nodeKey(n *core.Node) [sha256.Size]byte {
+	h := sha256.New()
+	for _, s := range []string{n.GetId(), n.GetUserAgentName(), n.GetUserAgentVersion(),
+		n.GetMetadata().GetFields()[dataplane.KindMetadataKey].GetStringValue()} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 func (c *client) typeStatus(typeURL string) *TypeStatus {
@@ -268,7 +315,10 @@ func (r *registry) snapshot() []ClientStatus {
 			}
 			st.Types[k] = &cp
 		}
+		st.Names = c.names
 		c.mu.Unlock()
+		st.ConnectionNames = int(c.conn.names.Load())
+		st.LimitHits = c.conn.limitHits()
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b ClientStatus) int {
@@ -279,34 +329,33 @@ func (r *registry) snapshot() []ClientStatus {
 
 // shortType turns a type URL into the name people use: cds, eds, lds, rds.
 func shortType(typeURL string) string {
-	switch {
-	case strings.HasSuffix(typeURL, ".Cluster"):
+	switch typeURL {
+	case resource.ClusterType:
 		return "cds"
-	case strings.HasSuffix(typeURL, ".ClusterLoadAssignment"):
+	case resource.EndpointType:
 		return "eds"
-	case strings.HasSuffix(typeURL, ".Listener"):
+	case resource.ListenerType:
 		return "lds"
-	case strings.HasSuffix(typeURL, ".RouteConfiguration"):
+	case resource.RouteType:
 		return "rds"
 	}
-	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
-		return typeURL[i+1:]
-	}
-	return typeURL
+	// Any other type is not served and never recorded; its label is fixed
+	// so a client cannot mint metric series.
+	return "other"
 }
 
 // callbacks adapts the registry to go-control-plane's server.Callbacks.
 type callbacks struct{ r *registry }
 
-func (cb callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
-	cb.r.open(ctx, ProtocolSotW, id)
+func (cb callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	cb.r.open(ctx, ProtocolSotW, id, typeURL)
 	return nil
 }
 
 func (cb callbacks) OnStreamClosed(id int64, _ *core.Node) { cb.r.closed(ProtocolSotW, id) }
 
-func (cb callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	cb.r.open(ctx, ProtocolDelta, id)
+func (cb callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	cb.r.open(ctx, ProtocolDelta, id, typeURL)
 	return nil
 }
 
@@ -320,10 +369,13 @@ func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 	if c == nil {
 		return nil
 	}
-	fix, version := cb.r.request(c, xdsRequest{
+	fix, version, err := cb.r.request(c, xdsRequest{
 		node: req.GetNode(), typeURL: req.GetTypeUrl(), version: req.GetVersionInfo(), nonce: req.GetResponseNonce(),
 		nack: req.GetErrorDetail() != nil, nackMessage: req.GetErrorDetail().GetMessage(), names: req.GetResourceNames(),
 	})
+	if err != nil {
+		return err
+	}
 	switch fix {
 	case fixRejected:
 		req.VersionInfo = version
@@ -348,12 +400,12 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 	if c == nil {
 		return nil
 	}
-	cb.r.request(c, xdsRequest{
+	_, _, err := cb.r.request(c, xdsRequest{
 		node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), delta: true,
 		nack: req.GetErrorDetail() != nil, nackMessage: req.GetErrorDetail().GetMessage(),
 		names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe(),
 	})
-	return nil
+	return err
 }
 
 func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {

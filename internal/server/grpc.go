@@ -27,6 +27,9 @@ type GRPCOptions struct {
 	// period) so clients spread over replicas after a scale-out. Zero
 	// means 30 minutes, as Istio does.
 	MaxConnectionAge time.Duration
+	// ServerOptions are added after the transport's own, so they win:
+	// Server.GRPCServerOptions, which enforce the per-connection limits.
+	ServerOptions []grpc.ServerOption
 }
 
 // NewGRPCServer builds a grpc.Server tuned for long-lived xDS streams.
@@ -36,8 +39,9 @@ func NewGRPCServer(opts GRPCOptions) (*grpc.Server, error) {
 		age = 30 * time.Minute
 	}
 	sopts := []grpc.ServerOption{
-		// A non-ADS Envoy opens one EDS stream per cluster; never let the
-		// HTTP/2 stream limit be what refuses a client.
+		// A non-ADS Envoy opens one EDS stream per cluster; the HTTP/2
+		// stream limit is not what refuses a client: --max-streams-per-
+		// connection does, with a status (ServerOptions).
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		// Envoy pings every 15-30 s on idle connections; a stricter policy
 		// would make the server GOAWAY healthy proxies.
@@ -62,7 +66,7 @@ func NewGRPCServer(opts GRPCOptions) (*grpc.Server, error) {
 	case opts.TLSClientCA != "":
 		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	return grpc.NewServer(sopts...), nil
+	return grpc.NewServer(append(sopts, opts.ServerOptions...)...), nil
 }
 
 func serverTLSConfig(opts GRPCOptions) (*tls.Config, error) {

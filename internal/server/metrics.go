@@ -24,6 +24,8 @@ type metrics struct {
 	// the Clusters they belong to are sent (order.go).
 	clusterWait         prometheus.Histogram
 	clusterWaitTimeouts prometheus.Counter
+	// limitHits: refusals of clients over a limit (limits.go).
+	limitHits *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -92,11 +94,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_xds_cluster_wait_timeouts_total",
 			Help: "Clients not sent their changed Clusters within a push's hold (250 ms); their ClusterLoadAssignments went out first, and they are not waited for until they answer CDS within 100 ms again.",
 		}),
+		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_limit_hits_total",
+			Help: "Streams, requests and connections refused because a client went over a limit, by limit: streams_per_connection, names_per_stream, names_per_connection, request_rate, message_size, connection_rate, unknown_type. See /debug/clients.",
+		}, []string{"limit"}),
+	}
+	for _, name := range limitNames {
+		m.limitHits.WithLabelValues(name)
 	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.compatibility, m.resources,
 			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading,
-			m.clusterWait, m.clusterWaitTimeouts)
+			m.clusterWait, m.clusterWaitTimeouts, m.limitHits)
 	}
 	return m
 }

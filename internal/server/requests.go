@@ -7,7 +7,13 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 )
+
+// sentResponse is a response sent and not answered yet.
+type sentResponse struct {
+	typeURL, version string
+}
 
 // xdsRequest is what the registry reads of one SotW or delta request.
 type xdsRequest struct {
@@ -58,15 +64,62 @@ const nackLogEvery = 10 * time.Second
 
 // request records one request and returns how to correct its version, and
 // the version to put in. A request that changes what the client holds
-// queues it for judging.
-func (r *registry) request(c *client, req xdsRequest) (versionFix, string) {
+// queues it for judging. A request over a limit, or for a type URL that is
+// no xDS type, returns the status that ends the stream; go-control-plane
+// has not seen it yet, so it keeps no state of it.
+func (r *registry) request(c *client, req xdsRequest) (versionFix, string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	lim := r.limiter
+	if c.bucket != nil && !c.bucket.take(r.now()) {
+		return fixNone, "", lim.refuse(c.conn, LimitRequestRate, codes.ResourceExhausted, c.status.NodeID,
+			"more than %g requests per second on one stream (burst %d)", lim.limits.RequestsPerSecond, lim.limits.RequestBurst)
+	}
+	r.identify(c, req.node)
+	if req.typeURL == "" {
+		req.typeURL = c.defaultType
+	}
+	if req.typeURL == "" {
+		return fixNone, "", nil // go-control-plane refuses an ADS request without a type
+	}
+	if !servedType(req.typeURL) {
+		if knownTypes[req.typeURL] {
+			// Held by the unserved cache; nothing is recorded.
+			return fixNone, "", nil
+		}
+		return fixNone, "", lim.refuse(c.conn, LimitUnknownType, codes.InvalidArgument, c.status.NodeID,
+			"type URL %q is not an xDS resource type (ringxds serves clusters, endpoints, listeners and routes)",
+			truncate(req.typeURL, 128))
+	}
 	reassess, fix, version := r.record(c, req)
 	if reassess {
 		r.queueAssessment(c)
 	}
-	return fix, version
+	if err := r.countNames(c); err != nil {
+		return fixNone, "", err
+	}
+	return fix, version, nil
+}
+
+// countNames updates the names the stream and its connection subscribe to
+// and refuses a stream over either limit.
+func (r *registry) countNames(c *client) error {
+	n := 0
+	for _, ts := range c.status.Types {
+		n += ts.Subscribed
+	}
+	connNames := c.conn.names.Add(int64(n - c.names))
+	c.names = n
+	lim := r.limiter
+	if max := lim.limits.NamesPerStream; max > 0 && n > max {
+		return lim.refuse(c.conn, LimitNamesPerStream, codes.ResourceExhausted, c.status.NodeID,
+			"this stream subscribes to %d resource names (limit %d)", n, max)
+	}
+	if max := lim.limits.NamesPerConnection; max > 0 && connNames > int64(max) {
+		return lim.refuse(c.conn, LimitNamesPerConnection, codes.ResourceExhausted, c.status.NodeID,
+			"the streams of this connection subscribe to %d resource names (limit %d)", connNames, max)
+	}
+	return nil
 }
 
 // record updates the stream's status for one request, with c.mu held. It
@@ -78,7 +131,6 @@ func (r *registry) request(c *client, req xdsRequest) (versionFix, string) {
 // another nonce than the last sent is stale and ignored, as go-control-plane
 // ignores it.
 func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix versionFix, version string) {
-	r.identify(c, req.node)
 	ts, first := c.status.Types[shortType(req.typeURL)], false
 	if ts == nil {
 		ts, first = c.typeStatus(req.typeURL), true
@@ -89,8 +141,8 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		// processed, it takes any nonce until the next response). Only a
 		// rejection of a response that was sent is worth counting: the
 		// client refused config, even if it is superseded.
-		if version, sent := c.sentByNonce[req.nonce]; sent && req.nack {
-			r.recordNACK(c, ts, req, version)
+		if s, sent := c.sentByNonce[req.nonce]; sent && s.typeURL == req.typeURL && req.nack {
+			r.recordNACK(c, ts, req, s.version)
 			delete(c.sentByNonce, req.nonce)
 		}
 		return false, fixNone, ""
@@ -106,10 +158,13 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		}
 		return reassess, fix, ""
 	}
-	sent, known := c.sentByNonce[req.nonce]
-	if !known {
-		return reassess, fixNone, "" // a delta nonce never sent, or already answered
+	s, known := c.sentByNonce[req.nonce]
+	if !known || s.typeURL != req.typeURL {
+		// A nonce never sent, already answered, or sent with another
+		// type: go-control-plane does not take it as an answer either.
+		return reassess, fixNone, ""
 	}
+	sent := s.version
 	delete(c.sentByNonce, req.nonce)
 	if req.nonce == ts.SentNonce {
 		ts.AnswerLatency = r.now().Sub(ts.SentAt)
@@ -210,12 +265,12 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
 	ts.awaitingAnswer = true
 	if c.sentByNonce == nil {
-		c.sentByNonce = make(map[string]string, 4)
+		c.sentByNonce = make(map[string]sentResponse, 4)
 	}
 	if len(c.sentByNonce) >= maxNonces {
 		// Forget all but each type's latest response, which the client
 		// has yet to answer.
-		latest := make(map[string]string, len(c.status.Types))
+		latest := make(map[string]sentResponse, len(c.status.Types))
 		for _, other := range c.status.Types {
 			if v, ok := c.sentByNonce[other.SentNonce]; ok {
 				latest[other.SentNonce] = v
@@ -223,7 +278,7 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 		}
 		c.sentByNonce = latest
 	}
-	c.sentByNonce[nonce] = version
+	c.sentByNonce[nonce] = sentResponse{typeURL: typeURL, version: version}
 	kind, short := string(c.status.Kind), shortType(typeURL)
 	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
 	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))

@@ -39,6 +39,10 @@ type Options struct {
 	// Now returns the current time; nil means time.Now. Fade-in steps are
 	// computed against it.
 	Now func() time.Time
+	// Limits bound what one client can cost; nil means DefaultLimits.
+	// The per-connection ones take effect on a gRPC server built with
+	// GRPCServerOptions and a listener wrapped by Listen.
+	Limits *Limits
 }
 
 // Server publishes snapshots to xDS clients.
@@ -46,6 +50,7 @@ type Server struct {
 	log      *zap.Logger
 	metrics  *metrics
 	registry *registry
+	limiter  *limiter
 	now      func() time.Time
 
 	caches map[string]*cache.LinearCache
@@ -126,10 +131,16 @@ func New(ctx context.Context, opts Options) *Server {
 		now = time.Now
 	}
 	m := newMetrics(opts.Registerer)
+	limits := DefaultLimits()
+	if opts.Limits != nil {
+		limits = *opts.Limits
+	}
+	lim := newLimiter(limits, log, m, now)
 	s := &Server{
 		log:       log,
 		metrics:   m,
 		registry:  newRegistry(log, m),
+		limiter:   lim,
 		now:       now,
 		caches:    make(map[string]*cache.LinearCache),
 		published: make(map[string]map[string]publishedResource),
@@ -138,6 +149,7 @@ func New(ctx context.Context, opts Options) *Server {
 		ready:     make(chan struct{}),
 	}
 	s.registry.now = now
+	s.registry.limiter = lim
 	s.registry.current = s.publishing.Load
 	go s.registry.runAssessments(ctx)
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
