@@ -58,6 +58,7 @@ type config struct {
 	serviceSelector string
 	debounce        time.Duration
 	maxConnAge      time.Duration
+	limits          server.Limits
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -77,6 +78,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered, and their EndpointSlices (which carry the Service labels)")
 	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
 	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
+	addLimitFlags(fs, &c.limits)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: xds-server [flags]\n\nServes consistent-hash clusters to Envoy, proxyless gRPC and clientlib over xDS.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -98,6 +100,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.debounce < 0 {
 		return c, fmt.Errorf("--debounce %v must not be negative", c.debounce)
+	}
+	if err := checkLimits(c.limits); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -141,9 +146,10 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg})
+	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits})
 	grpcServer, err := server.NewGRPCServer(server.GRPCOptions{
 		TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, TLSClientCA: cfg.tlsClientCA, MaxConnectionAge: cfg.maxConnAge,
+		ServerOptions: xds.GRPCServerOptions(),
 	})
 	if err != nil {
 		return err
@@ -188,7 +194,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 			errc <- nil
 			return
 		}
-		errc <- wrapErr("xDS server", grpcServer.Serve(lis.xds))
+		errc <- wrapErr("xDS server", grpcServer.Serve(xds.Listen(lis.xds)))
 	}()
 	go func() {
 		err := httpServer.Serve(lis.debug)
