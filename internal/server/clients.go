@@ -96,6 +96,9 @@ type TypeStatus struct {
 	// deltaNames is a delta stream's subscription, which its requests
 	// change by difference.
 	deltaNames map[string]struct{}
+	// initialNames: the resources a delta client said it held when the
+	// type's subscription began, counted against the names limits.
+	initialNames int
 }
 
 // Nack is a response a client rejected.
@@ -404,6 +407,7 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 		node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), delta: true,
 		nack: req.GetErrorDetail() != nil, nackMessage: req.GetErrorDetail().GetMessage(),
 		names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe(),
+		initial: len(req.GetInitialResourceVersions()),
 	})
 	return err
 }

@@ -73,6 +73,8 @@ const (
 	LimitRequestRate          = "request_rate"
 	LimitMessageSize          = "message_size"
 	LimitConnectionRate       = "connection_rate"
+	// LimitNameLength is not a flag: a resource name over 1 KiB.
+	LimitNameLength = "name_length"
 	// LimitUnknownType is not a flag: a request for a type URL that is no
 	// xDS resource type, refused with InvalidArgument.
 	LimitUnknownType = "unknown_type"
@@ -90,7 +92,7 @@ var limitFlags = map[string]string{
 }
 
 var limitNames = []string{LimitStreamsPerConnection, LimitNamesPerStream, LimitNamesPerConnection,
-	LimitRequestRate, LimitMessageSize, LimitConnectionRate, LimitUnknownType}
+	LimitRequestRate, LimitMessageSize, LimitConnectionRate, LimitNameLength, LimitUnknownType}
 
 // LimitHit is how often one limit refused a connection's requests or
 // streams, and the last refusal.

@@ -396,3 +396,54 @@ func TestNodeStringsAreTruncated(t *testing.T) {
 		}
 	}
 }
+
+// A name is at most 1 KiB, and a delta client's initial_resource_versions
+// count as names: go-control-plane keeps both for the stream's life.
+func TestNameLengthAndInitialVersionsAreBounded(t *testing.T) {
+	lim := noLimits()
+	lim.NamesPerStream = 100
+	ls := startLimited(t, lim)
+	cc := ls.dial(t)
+	wantRefused(t, adsStream(t, cc, "long", resource.EndpointType, strings.Repeat("x", 2000)), codes.ResourceExhausted, "1024")
+	if ls.hits(LimitNameLength) != 1 {
+		t.Errorf("name length hits = %v", ls.hits(LimitNameLength))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initial := map[string]string{}
+	for _, n := range names("held", 101) {
+		initial[n] = "v1"
+	}
+	if err := d.Send(&discovery.DeltaDiscoveryRequest{Node: testNode("delta"), TypeUrl: resource.ClusterType, InitialResourceVersions: initial}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err = d.Recv(); err != nil {
+			break
+		}
+	}
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "--max-names-per-stream") {
+		t.Fatalf("delta stream ended with %v", err)
+	}
+}
+
+// The node go-control-plane keeps per stream is cut to what is read.
+func TestNodeIsSlimmed(t *testing.T) {
+	n := testNode(strings.Repeat("i", 5000))
+	n.Extensions = make([]*core.Extension, 500)
+	for i := range n.Extensions {
+		n.Extensions[i] = &core.Extension{Name: fmt.Sprint("envoy.filters.http.ext", i), Category: "envoy.filters.http"}
+	}
+	n.ClientFeatures = []string{"envoy.lb.does_not_support_overprovisioning"}
+	slimNode(n)
+	if len(n.GetExtensions()) != 0 || len(n.GetClientFeatures()) != 0 || len(n.GetId()) > maxNodeBytes+20 {
+		t.Errorf("node kept %d extensions, %d features, an ID of %d bytes", len(n.GetExtensions()), len(n.GetClientFeatures()), len(n.GetId()))
+	}
+	if n.GetUserAgentName() != "envoy" || n.GetUserAgentVersion() != "1.37.0" {
+		t.Errorf("identity lost: %v", n)
+	}
+}

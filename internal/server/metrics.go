@@ -96,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringxds_xds_limit_hits_total",
-			Help: "Streams, requests and connections refused because a client went over a limit, by limit: streams_per_connection, names_per_stream, names_per_connection, request_rate, message_size, connection_rate, unknown_type. See /debug/clients.",
+			Help: "Streams, requests and connections refused because a client went over a limit, by limit: streams_per_connection, names_per_stream, names_per_connection, request_rate, message_size, connection_rate, name_length, unknown_type. See /debug/clients.",
 		}, []string{"limit"}),
 	}
 	for _, name := range limitNames {

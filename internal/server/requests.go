@@ -8,7 +8,43 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ringxds/ringxds/internal/dataplane"
 )
+
+// maxNameBytes bounds one resource name: go-control-plane keeps every
+// subscribed name, so the names limits bound bytes only with it. Cluster
+// names are DNS-like; an xdstp:// name runs to a few hundred bytes.
+const maxNameBytes = 1024
+
+// slimNode cuts a request's node down, in place, to what ringxds and
+// go-control-plane read: go-control-plane keeps the node of every stream
+// (and of every watch's request) for the stream's life, and an Envoy's
+// node lists every extension it was built with, tens of KB.
+func slimNode(n *core.Node) {
+	if n == nil {
+		return
+	}
+	n.Id = truncate(n.GetId(), maxNodeBytes)
+	n.Cluster = truncate(n.GetCluster(), maxNodeBytes)
+	n.UserAgentName = truncate(n.GetUserAgentName(), maxNodeBytes)
+	if v, ok := n.GetUserAgentVersionType().(*core.Node_UserAgentVersion); ok {
+		v.UserAgentVersion = truncate(v.UserAgentVersion, maxNodeBytes)
+	} else {
+		n.UserAgentVersionType = nil
+	}
+	if md := n.GetMetadata().GetFields(); len(md) > 0 {
+		for k, v := range md {
+			if k != dataplane.KindMetadataKey && k != dataplane.GRPCBalancerMetadataKey {
+				delete(md, k)
+			} else if sv, ok := v.GetKind().(*structpb.Value_StringValue); ok {
+				sv.StringValue = truncate(sv.StringValue, maxNodeBytes)
+			}
+		}
+	}
+	n.Extensions, n.ClientFeatures, n.ListeningAddresses, n.Locality, n.DynamicParameters = nil, nil, nil, nil, nil
+}
 
 // sentResponse is a response sent and not answered yet.
 type sentResponse struct {
@@ -29,6 +65,9 @@ type xdsRequest struct {
 	// names is the whole subscription (SotW) or the names added (delta);
 	// removed the names dropped (delta).
 	names, removed []string
+	// initial counts a delta request's initial_resource_versions, which
+	// go-control-plane keeps as the stream's state like names.
+	initial int
 }
 
 // versionFix is a correction of a SotW request's version_info before
@@ -75,6 +114,7 @@ func (r *registry) request(c *client, req xdsRequest) (versionFix, string, error
 		return fixNone, "", lim.refuse(c.conn, LimitRequestRate, codes.ResourceExhausted, c.status.NodeID,
 			"more than %g requests per second on one stream (burst %d)", lim.limits.RequestsPerSecond, lim.limits.RequestBurst)
 	}
+	slimNode(req.node)
 	r.identify(c, req.node)
 	if req.typeURL == "" {
 		req.typeURL = c.defaultType
@@ -91,9 +131,20 @@ func (r *registry) request(c *client, req xdsRequest) (versionFix, string, error
 			"type URL %q is not an xDS resource type (ringxds serves clusters, endpoints, listeners and routes)",
 			truncate(req.typeURL, 128))
 	}
+	for _, name := range req.names {
+		if len(name) > maxNameBytes {
+			return fixNone, "", lim.refuse(c.conn, LimitNameLength, codes.ResourceExhausted, c.status.NodeID,
+				"a resource name of %d bytes (limit %d)", len(name), maxNameBytes)
+		}
+	}
 	reassess, fix, version := r.record(c, req)
 	if reassess {
 		r.queueAssessment(c)
+	}
+	if req.initial > 0 {
+		if ts := c.status.Types[shortType(req.typeURL)]; ts != nil && ts.initialNames == 0 {
+			ts.initialNames = req.initial
+		}
 	}
 	if err := r.countNames(c); err != nil {
 		return fixNone, "", err
@@ -106,7 +157,7 @@ func (r *registry) request(c *client, req xdsRequest) (versionFix, string, error
 func (r *registry) countNames(c *client) error {
 	n := 0
 	for _, ts := range c.status.Types {
-		n += ts.Subscribed
+		n += ts.Subscribed + ts.initialNames
 	}
 	connNames := c.conn.names.Add(int64(n - c.names))
 	c.names = n
