@@ -193,7 +193,7 @@ func (r *registry) open(ctx context.Context, protocol string, id int64, defaultT
 	}
 	c.status.Connection = c.conn.id
 	if lim := r.limiter.limits; lim.RequestsPerSecond > 0 {
-		c.bucket = newTokenBucket(lim.RequestsPerSecond, max(lim.RequestBurst, 1), now)
+		c.bucket = newTokenBucket(lim.RequestsPerSecond, max(lim.RequestBurst, 1), r.limiter.now())
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.status.Peer = p.Addr.String()

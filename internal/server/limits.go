@@ -369,7 +369,9 @@ func (rl *rateListener) Accept() (net.Conn, error) {
 		rl.mu.Unlock()
 		if ok {
 			if wait > 0 {
-				time.Sleep(wait)
+				// The connection waits for its token on its own; Accept
+				// goes on, so what comes after it is judged on time.
+				return &delayedConn{Conn: c, until: rl.l.now().Add(wait)}, nil
 			}
 			return c, nil
 		}
@@ -386,6 +388,19 @@ func (rl *rateListener) Accept() (net.Conn, error) {
 		rc.timer = time.AfterFunc(refusedLinger, func() { _ = rc.Close() })
 		return rc, nil
 	}
+}
+
+// delayedConn is a connection over the rate that gets a token within
+// connWait: gRPC reads nothing from it until then.
+type delayedConn struct {
+	net.Conn
+	until time.Time
+	once  sync.Once
+}
+
+func (c *delayedConn) Read(p []byte) (int, error) {
+	c.once.Do(func() { time.Sleep(time.Until(c.until)) })
+	return c.Conn.Read(p)
 }
 
 // refusedConn is a connection over the rate, served only to be refused.

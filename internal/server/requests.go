@@ -110,7 +110,7 @@ func (r *registry) request(c *client, req xdsRequest) (versionFix, string, error
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	lim := r.limiter
-	if c.bucket != nil && !c.bucket.take(r.now()) {
+	if c.bucket != nil && !c.bucket.take(lim.now()) {
 		return fixNone, "", lim.refuse(c.conn, LimitRequestRate, codes.ResourceExhausted, c.status.NodeID,
 			"more than %g requests per second on one stream (burst %d)", lim.limits.RequestsPerSecond, lim.limits.RequestBurst)
 	}

@@ -135,7 +135,9 @@ func New(ctx context.Context, opts Options) *Server {
 	if opts.Limits != nil {
 		limits = *opts.Limits
 	}
-	lim := newLimiter(limits, log, m, now)
+	// Rates are measured on the wall clock, not on Options.Now, which
+	// tests stop to hold a fade step.
+	lim := newLimiter(limits, log, m, time.Now)
 	s := &Server{
 		log:       log,
 		metrics:   m,
