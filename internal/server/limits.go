@@ -49,12 +49,14 @@ type Limits struct {
 	ConnectionBurst      int
 }
 
-// DefaultLimits are sized for the largest client the docs consider: an
-// Envoy without ADS holding 10,000 clusters (one EDS stream each, plus
-// CDS, LDS and RDS), and an ADS Envoy subscribing to all of them.
+// DefaultLimits are sized for an ADS Envoy subscribing to 10,000 clusters,
+// and an Envoy without ADS (one EDS stream per cluster) holding up to
+// about 1,000: each stream costs the server some 90 KB, so 10,000 streams
+// on one connection would cost about 900 MB. Larger non-ADS Envoys need
+// --max-streams-per-connection raised.
 func DefaultLimits() Limits {
 	return Limits{
-		StreamsPerConnection: 10240,
+		StreamsPerConnection: 1024,
 		NamesPerStream:       25000,
 		NamesPerConnection:   50000,
 		RequestsPerSecond:    100,
@@ -251,8 +253,12 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 }
 
 // streamHeadroom is how many streams over --max-streams-per-connection
-// HTTP/2 lets in for the server to refuse with a status.
-const streamHeadroom = 64
+// HTTP/2 lets in for the server to refuse with a status; each refusal is
+// held refusalHold.
+const (
+	streamHeadroom = 64
+	refusalHold    = time.Second
+)
 
 // connTagger gives every connection its connState.
 type connTagger struct{ l *limiter }
@@ -286,11 +292,21 @@ func (l *limiter) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.Strea
 			"more than %g new connections per second (burst %d); retry with backoff", l.limits.ConnectionsPerSecond, l.limits.ConnectionBurst)
 	}
 	n := cs.streams.Add(1)
-	defer cs.streams.Add(-1)
 	if max := l.limits.StreamsPerConnection; max > 0 && n > int64(max) {
-		return l.refuse(cs, LimitStreamsPerConnection, codes.ResourceExhausted, "",
+		cs.streams.Add(-1)
+		err := l.refuse(cs, LimitStreamsPerConnection, codes.ResourceExhausted, "",
 			"this connection already has %d concurrent streams (limit %d)", n-1, max)
+		// Hold the refusal: the refused streams fill the HTTP/2
+		// headroom, so a client opening streams without end gets at most
+		// streamHeadroom refusals a second per connection, not as many
+		// as it can send.
+		select {
+		case <-ss.Context().Done():
+		case <-time.After(refusalHold):
+		}
+		return err
 	}
+	defer cs.streams.Add(-1)
 	ls := &limitedStream{ServerStream: ss, l: l, cs: cs}
 	err := handler(srv, ls)
 	if ls.err != nil {

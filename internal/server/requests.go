@@ -43,7 +43,7 @@ func slimNode(n *core.Node) {
 			}
 		}
 	}
-	n.Extensions, n.ClientFeatures, n.ListeningAddresses, n.Locality, n.DynamicParameters = nil, nil, nil, nil, nil
+	n.Extensions, n.ClientFeatures, n.Locality, n.DynamicParameters = nil, nil, nil, nil
 }
 
 // sentResponse is a response sent and not answered yet.
