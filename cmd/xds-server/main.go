@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/tlsreload"
 	"github.com/ringxds/ringxds/internal/watch"
 )
 
@@ -45,20 +47,21 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	source          string
-	file            string
-	xdsAddr         string
-	debugAddr       string
-	logLevel        string
-	tlsCert         string
-	tlsKey          string
-	tlsClientCA     string
-	kubeconfig      string
-	namespace       string
-	serviceSelector string
-	debounce        time.Duration
-	maxConnAge      time.Duration
-	limits          server.Limits
+	source            string
+	file              string
+	xdsAddr           string
+	debugAddr         string
+	logLevel          string
+	tlsCert           string
+	tlsKey            string
+	tlsClientCA       string
+	tlsReloadInterval time.Duration
+	kubeconfig        string
+	namespace         string
+	serviceSelector   string
+	debounce          time.Duration
+	maxConnAge        time.Duration
+	limits            server.Limits
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -70,9 +73,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.xdsAddr, "xds-addr", "127.0.0.1:18000", "address of the xDS gRPC server (ADS, SotW and delta)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:18080", "address of the debug page, /debug/* JSON, /metrics and health probes")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate for TLS on the xDS port (reloaded when the file changes)")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
-	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, xDS clients must present a certificate it signed (mTLS)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate for TLS on the xDS port (reloaded when it changes on disk)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key for --tls-cert (reloaded with it)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, xDS clients must present a certificate it signed (mTLS; reloaded when it changes on disk)")
+	fs.DurationVar(&c.tlsReloadInterval, "tls-reload-interval", tlsreload.DefaultInterval, "how often the --tls-* files are checked for changes (handshakes never read them)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for --source=kubernetes (default: in-cluster config)")
 	fs.StringVar(&c.namespace, "namespace", "", "with --source=kubernetes, watch only this namespace (default: all)")
 	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered, and their EndpointSlices (which carry the Service labels)")
@@ -103,6 +107,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if err := checkLimits(c.limits); err != nil {
 		return c, err
+	}
+	switch {
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return c, errors.New("--tls-cert and --tls-key must be given together")
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	case c.tlsReloadInterval <= 0:
+		return c, fmt.Errorf("--tls-reload-interval %v must be positive", c.tlsReloadInterval)
 	}
 	return c, nil
 }
@@ -147,8 +159,12 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits})
+	tlsCfg, err := newTLS(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
 	grpcServer, err := server.NewGRPCServer(server.GRPCOptions{
-		TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, TLSClientCA: cfg.tlsClientCA, MaxConnectionAge: cfg.maxConnAge,
+		TLS: tlsCfg, MaxConnectionAge: cfg.maxConnAge,
 		ServerOptions: xds.GRPCServerOptions(),
 	})
 	if err != nil {
@@ -247,6 +263,23 @@ func shutdown(g interface {
 	defer cancel()
 	_ = h.Shutdown(sctx)
 	log.Info("stopped")
+}
+
+// newTLS loads the xDS certificate, key and client CA, and follows them on
+// disk until ctx is done; nil means plaintext.
+func newTLS(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (*tls.Config, error) {
+	if cfg.tlsCert == "" {
+		return nil, nil
+	}
+	rl, err := tlsreload.New(tlsreload.Options{
+		CertFile: cfg.tlsCert, KeyFile: cfg.tlsKey, ClientCAFile: cfg.tlsClientCA,
+		Interval: cfg.tlsReloadInterval, Logger: log.Named("tls"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	go rl.Run(ctx)
+	return rl.Config(), nil
 }
 
 func wrapErr(what string, err error) error {
