@@ -56,9 +56,10 @@ const (
 
 // Handler serves the debug endpoints.
 type Handler struct {
-	opts  Options
-	mux   *http.ServeMux
-	rings atomic.Pointer[ringCache]
+	opts   Options
+	mux    *http.ServeMux
+	probes *http.ServeMux
+	rings  atomic.Pointer[ringCache]
 }
 
 // New returns the debug HTTP handler.
@@ -72,16 +73,22 @@ func New(opts Options) *Handler {
 	if opts.Problems == nil {
 		opts.Problems = func() []watch.Problem { return nil }
 	}
-	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), probes: http.NewServeMux()}
 	h.mux.HandleFunc("GET /debug/snapshot", h.snapshot)
 	h.mux.HandleFunc("GET /debug/pick", h.pick)
 	h.mux.HandleFunc("GET /debug/clients", h.clients)
 	h.mux.HandleFunc("GET /debug/problems", h.problems)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(opts.Logger)}))
+	healthz := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	metrics := promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(opts.Logger)})
+	for _, mux := range []*http.ServeMux{h.mux, h.probes} {
+		mux.HandleFunc("GET /healthz", healthz)
+		mux.HandleFunc("GET /readyz", h.readyz)
+		mux.Handle("GET /metrics", metrics)
+	}
 	// Profiles are how a platform team answers "why is the control plane
-	// slow"; the debug address is loopback or cluster-internal by default.
+	// slow". They, like /debug/*, are served by Handler only, never by
+	// Probes: xds-server keeps that listener on loopback unless told
+	// otherwise, and checks the Host header (CheckHost).
 	h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	h.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -91,8 +98,14 @@ func New(opts Options) *Handler {
 	return h
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: everything, the debug page, /debug/*
+// and pprof included.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Probes serves only what a kubelet and a metrics scraper need: /healthz,
+// /readyz and /metrics. It is what xds-server exposes on the pod network
+// (--metrics-addr) while the rest stays on loopback.
+func (h *Handler) Probes() http.Handler { return h.probes }
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !h.opts.Server.Ready() {
