@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,6 +52,9 @@ type config struct {
 	file              string
 	xdsAddr           string
 	debugAddr         string
+	metricsAddr       string
+	debugRemote       bool
+	debugHosts        []string
 	logLevel          string
 	tlsCert           string
 	tlsKey            string
@@ -71,7 +75,17 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.source, "source", "file", "endpoint source: file or kubernetes")
 	fs.StringVar(&c.file, "file", "", "endpoints YAML/JSON file to serve and watch (default: the embedded "+examples.DefaultEndpointsName+")")
 	fs.StringVar(&c.xdsAddr, "xds-addr", "127.0.0.1:18000", "address of the xDS gRPC server (ADS, SotW and delta)")
-	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:18080", "address of the debug page, /debug/* JSON, /metrics and health probes")
+	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:18080", "address of the debug page, /debug/* JSON and pprof, and of /metrics and the health probes unless --metrics-addr moves them; must be loopback unless --debug-remote")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address of /metrics, /healthz and /readyz alone, for a scraper and the kubelet on the pod network (default: served on --debug-addr)")
+	fs.BoolVar(&c.debugRemote, "debug-remote", false, "allow a non-loopback --debug-addr: /debug/* (every cluster's endpoints) and pprof then answer whoever reaches it, whatever --tls-client-ca says")
+	fs.Func("debug-allowed-hosts", "comma-separated host names (or *.domain, or IP addresses) the debug listener answers to besides loopback, localhost and this host's own addresses and name; other Host headers get 403 (DNS rebinding)", func(v string) error {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				c.debugHosts = append(c.debugHosts, h)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate for TLS on the xDS port (reloaded when it changes on disk)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key for --tls-cert (reloaded with it)")
@@ -133,8 +147,16 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 // listeners lets tests pass pre-bound sockets; nil means bind the flags'
-// addresses.
-type listeners struct{ xds, debug net.Listener }
+// addresses (metrics: only with --metrics-addr).
+type listeners struct{ xds, debug, metrics net.Listener }
+
+func (l *listeners) close() {
+	for _, c := range []net.Listener{l.xds, l.debug, l.metrics} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
 
 // run starts the server and blocks until ctx is done or a component fails.
 func run(ctx context.Context, args []string, out io.Writer, lis *listeners) error {
@@ -186,6 +208,18 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 			return fmt.Errorf("listen --debug-addr: %w", err)
 		}
 	}
+	if lis.metrics == nil && cfg.metricsAddr != "" {
+		if lis.metrics, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			_ = lis.xds.Close()
+			_ = lis.debug.Close()
+			return fmt.Errorf("listen --metrics-addr: %w", err)
+		}
+	}
+	if !isLoopback(lis.debug.Addr()) && !cfg.debugRemote {
+		lis.close()
+		return fmt.Errorf("--debug-addr %s is not a loopback address: the debug page, /debug/* (every cluster's endpoints) and pprof would answer anyone who reaches it, whatever --tls-client-ca says; "+
+			"keep --debug-addr on loopback (kubectl port-forward still reaches it) and serve /metrics and the probes on the pod network with --metrics-addr, or pass --debug-remote", lis.debug.Addr())
+	}
 	tlsMode := "plaintext"
 	switch {
 	case cfg.tlsClientCA != "":
@@ -198,10 +232,31 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 			zap.String("addr", lis.xds.Addr().String()))
 	}
 
+	if cfg.debugRemote && !isLoopback(lis.debug.Addr()) {
+		log.Warn("the debug listener is not on loopback (--debug-remote): the debug page, /debug/* and pprof answer anyone who reaches it and sends an admitted Host header",
+			zap.String("addr", lis.debug.Addr().String()))
+	}
 	dbg := debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})
-	httpServer := &http.Server{Handler: dbg, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
+	hosts := cfg.debugHosts
+	if h, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h) // the name --debug-addr was given as
+	}
+	guarded, err := debug.CheckHost(dbg, debug.HostOptions{Allowed: hosts, Logger: log.Named("debug")})
+	if err != nil {
+		lis.close()
+		return fmt.Errorf("--debug-allowed-hosts: %w", err)
+	}
+	newHTTP := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
+	}
+	httpServers := []*http.Server{newHTTP(guarded)}
+	httpListeners := []net.Listener{lis.debug}
+	if lis.metrics != nil {
+		httpServers = append(httpServers, newHTTP(dbg.Probes()))
+		httpListeners = append(httpListeners, lis.metrics)
+	}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 2+len(httpServers))
 	go func() {
 		// xDS is served only once there is something to serve: see
 		// server.WaitReady. /healthz answers meanwhile; /readyz does not.
@@ -212,13 +267,16 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 		}
 		errc <- wrapErr("xDS server", grpcServer.Serve(xds.Listen(lis.xds)))
 	}()
-	go func() {
-		err := httpServer.Serve(lis.debug)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- wrapErr("debug server", err)
-	}()
+	for i, hs := range httpServers {
+		what := []string{"debug server", "metrics server"}[i]
+		go func() {
+			err := hs.Serve(httpListeners[i])
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- wrapErr(what, err)
+		}()
+	}
 	go func() {
 		errc <- wrapErr("endpoint source", src.Run(ctx, func(st model.State) {
 			if err := xds.Apply(st); err != nil {
@@ -232,9 +290,13 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	fmt.Fprintf(out, "  debug page:              http://%s/\n", lis.debug.Addr())
 	fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
 	fmt.Fprintf(out, "  connected clients:       http://%s/debug/clients\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", lis.debug.Addr())
+	metricsAddr := lis.debug.Addr()
+	if lis.metrics != nil {
+		metricsAddr = lis.metrics.Addr()
+	}
+	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", metricsAddr)
 	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
-		zap.String("source", cfg.source), zap.String("tls", tlsMode))
+		zap.Stringer("metrics_addr", metricsAddr), zap.String("source", cfg.source), zap.String("tls", tlsMode))
 
 	var runErr error
 	select {
@@ -242,7 +304,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	case runErr = <-errc:
 	}
 	cancel()
-	shutdown(grpcServer, httpServer, log)
+	shutdown(grpcServer, httpServers, log)
 	return runErr
 }
 
@@ -251,7 +313,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 func shutdown(g interface {
 	GracefulStop()
 	Stop()
-}, h *http.Server, log *zap.Logger) {
+}, hs []*http.Server, log *zap.Logger) {
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
@@ -261,7 +323,9 @@ func shutdown(g interface {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = h.Shutdown(sctx)
+	for _, h := range hs {
+		_ = h.Shutdown(sctx)
+	}
 	log.Info("stopped")
 }
 
