@@ -147,6 +147,15 @@ func TestDebugAddrMustBeLoopback(t *testing.T) {
 		t.Error("the xDS listener is still open after the refusal")
 	}
 
+	// An address that is plainly not loopback is refused before it is
+	// bound: these never open a socket beyond loopback.
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "192.0.2.1:0"} {
+		err := run(context.Background(), []string{"--log-level=error", "--xds-addr=127.0.0.1:0", "--debug-addr=" + addr}, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "is not a loopback address") {
+			t.Errorf("--debug-addr=%s: %v, want a refusal", addr, err)
+		}
+	}
+
 	// --debug-remote opens it, with the Host check still on.
 	inner := loopback(t)
 	lis = &listeners{xds: loopback(t), debug: reportsAs{inner, podIP}}

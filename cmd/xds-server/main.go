@@ -203,6 +203,13 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 		}
 	}
 	if lis.debug == nil {
+		// Refuse what is plainly not loopback before binding it at all.
+		if host, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && !cfg.debugRemote {
+			if ip := net.ParseIP(host); host == "" || ip != nil && !ip.IsLoopback() {
+				_ = lis.xds.Close()
+				return debugAddrError(cfg.debugAddr)
+			}
+		}
 		if lis.debug, err = net.Listen("tcp", cfg.debugAddr); err != nil {
 			_ = lis.xds.Close()
 			return fmt.Errorf("listen --debug-addr: %w", err)
@@ -217,8 +224,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}
 	if !isLoopback(lis.debug.Addr()) && !cfg.debugRemote {
 		lis.close()
-		return fmt.Errorf("--debug-addr %s is not a loopback address: the debug page, /debug/* (every cluster's endpoints) and pprof would answer anyone who reaches it, whatever --tls-client-ca says; "+
-			"keep --debug-addr on loopback (kubectl port-forward still reaches it) and serve /metrics and the probes on the pod network with --metrics-addr, or pass --debug-remote", lis.debug.Addr())
+		return debugAddrError(lis.debug.Addr().String())
 	}
 	tlsMode := "plaintext"
 	switch {
@@ -344,6 +350,11 @@ func newTLS(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Reg
 	}
 	go rl.Run(ctx)
 	return rl.Config(), nil
+}
+
+func debugAddrError(addr string) error {
+	return fmt.Errorf("--debug-addr %s is not a loopback address: the debug page, /debug/* (every cluster's endpoints) and pprof would answer anyone who reaches it, whatever --tls-client-ca says; "+
+		"keep --debug-addr on loopback (kubectl port-forward still reaches it) and serve /metrics and the probes on the pod network with --metrics-addr, or pass --debug-remote", addr)
 }
 
 func wrapErr(what string, err error) error {
