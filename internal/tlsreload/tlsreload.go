@@ -2,9 +2,9 @@
 // CA bundle from files, and follows them when they change on disk (a
 // cert-manager renewal, a rotated Secret, a CA rollover) without a restart.
 //
-// The files are checked every Interval by a background poller (Run), never
-// during a handshake: a handshake only loads the current configuration
-// through an atomic pointer. A change that cannot be loaded (a half-written
+// The files are read every Interval by a background poller (Run), and loaded
+// when their contents changed; never during a handshake, which only loads
+// the current configuration through an atomic pointer. A change that cannot be loaded (a half-written
 // pair, a key path replaced by a directory, a bundle without certificates)
 // is logged once, counted in ringxds_tls_reload_failures_total and flagged in
 // ringxds_tls_reload_failing, and the last good configuration stays in
@@ -13,6 +13,7 @@ package tlsreload
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -177,9 +178,9 @@ func (r *Reloader) Reload() error {
 	var errs []error
 	changed := false
 
-	if fp := fingerprintOf(r.opts.CertFile, r.opts.KeyFile); r.pair == nil || fp != r.seen[partCertificate] {
+	if data, fp := read(r.opts.CertFile, r.opts.KeyFile); r.pair == nil || fp != r.seen[partCertificate] {
 		r.seen[partCertificate] = fp
-		pair, err := loadPair(r.opts.CertFile, r.opts.KeyFile)
+		pair, err := loadPair(r.opts.CertFile, r.opts.KeyFile, data)
 		if err == nil {
 			r.pair, changed = pair, true
 			r.certExp.Set(float64(pair.Leaf.NotAfter.Unix()))
@@ -190,9 +191,9 @@ func (r *Reloader) Reload() error {
 		}
 	}
 	if f := r.opts.ClientCAFile; f != "" {
-		if fp := fingerprintOf(f); r.pool == nil || fp != r.seen[partClientCA] {
+		if data, fp := read(f); r.pool == nil || fp != r.seen[partClientCA] {
 			r.seen[partClientCA] = fp
-			pool, notAfter, n, err := loadPool(f)
+			pool, notAfter, n, err := loadPool(f, data)
 			if err == nil {
 				r.pool, changed = pool, true
 				r.caExp.Set(float64(notAfter.Unix()))
@@ -241,8 +242,14 @@ func (r *Reloader) failed(part string, err error) error {
 	return err
 }
 
-func loadPair(certFile, keyFile string) (*tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+func loadPair(certFile, keyFile string, data []fileData) (*tls.Certificate, error) {
+	if err := data[0].err; err != nil {
+		return nil, fmt.Errorf("read --tls-cert: %w", err)
+	}
+	if err := data[1].err; err != nil {
+		return nil, fmt.Errorf("read --tls-key: %w", err)
+	}
+	c, err := tls.X509KeyPair(data[0].b, data[1].b)
 	if err != nil {
 		return nil, fmt.Errorf("load TLS key pair --tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
 	}
@@ -255,8 +262,8 @@ func loadPair(certFile, keyFile string) (*tls.Certificate, error) {
 }
 
 // loadPool reads a CA bundle and returns it with the earliest expiry in it.
-func loadPool(file string) (*x509.CertPool, time.Time, int, error) {
-	b, err := os.ReadFile(file)
+func loadPool(file string, data []fileData) (*x509.CertPool, time.Time, int, error) {
+	b, err := data[0].b, data[0].err
 	if err != nil {
 		return nil, time.Time{}, 0, fmt.Errorf("read --tls-client-ca: %w", err)
 	}
@@ -300,27 +307,32 @@ func nextCertificate(b []byte) (der, rest []byte) {
 	}
 }
 
-// fingerprint is what the files looked like when last tried: a change in
-// any of them (a rename over the path, as kubelet does, a rewrite, a
-// directory in place of a file) makes another one.
-type fingerprint [2]fileState
-
-type fileState struct {
-	mod  time.Time
-	size int64
-	mode os.FileMode
-	err  string
+// fingerprint is what the files held when last tried: their contents'
+// digests, or why they could not be read. Comparing contents, not
+// modification times, catches a rewrite within one timestamp tick and
+// ignores a touch.
+type fingerprint [2]struct {
+	sum [sha256.Size]byte
+	err string
 }
 
-func fingerprintOf(files ...string) fingerprint {
+type fileData struct {
+	b   []byte
+	err error
+}
+
+// read reads the files (at most two) and fingerprints what it read; the
+// files are small, so reading them every interval costs next to nothing.
+func read(files ...string) ([]fileData, fingerprint) {
 	var fp fingerprint
+	data := make([]fileData, len(files))
 	for i, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			fp[i].err = err.Error()
+		data[i].b, data[i].err = os.ReadFile(f)
+		if data[i].err != nil {
+			fp[i].err = data[i].err.Error()
 			continue
 		}
-		fp[i] = fileState{mod: fi.ModTime(), size: fi.Size(), mode: fi.Mode()}
+		fp[i].sum = sha256.Sum256(data[i].b)
 	}
-	return fp
+	return data, fp
 }

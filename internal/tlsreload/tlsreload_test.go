@@ -452,3 +452,41 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// A change is judged by content: a pair rewritten with the old timestamps
+// is loaded, a touched one is not loaded again.
+func TestChangeIsJudgedByContent(t *testing.T) {
+	ca := newCA(t, "ca")
+	f := writeFiles(t, ca, 2, time.Hour)
+	r, reg, _ := newReloader(t, f, false)
+	old, err := os.Stat(f.cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	for _, p := range []string{f.cert, f.key} {
+		if err := os.Chtimes(p, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := metric(t, reg, "ringxds_tls_reloads_total", "certificate"); v != 1 {
+		t.Errorf("a touch reloaded the pair: ringxds_tls_reloads_total = %v", v)
+	}
+	c, k := ca.issue(t, 3, time.Hour, x509.ExtKeyUsageServerAuth)
+	replace(t, f.cert, c)
+	replace(t, f.key, k)
+	for _, p := range []string{f.cert, f.key} {
+		if err := os.Chtimes(p, old.ModTime(), old.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Certificate().SerialNumber.Int64(); got != 3 {
+		t.Fatalf("a pair rewritten under the old timestamps was missed: serving serial %d", got)
+	}
+}
