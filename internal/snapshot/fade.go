@@ -125,9 +125,19 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 			ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
 		}
 		// Endpoints that left mid-fade are replayed until they left, after
-		// the others (they are not in EDS, so not in the walk order).
+		// the others (they are not in EDS, so not in the walk order). One
+		// that came back is present under the same ring key: replaying
+		// both would put two endpoints on one set of ring positions, so
+		// only the present one counts.
+		present := make(map[string]bool, len(eps))
+		for _, ep := range eps {
+			present[RingKey(ep)] = true
+		}
 		for i := range c.Departed {
 			d := &c.Departed[i]
+			if present[RingKey(&d.Endpoint)] {
+				continue
+			}
 			ramp = append(ramp, fadein.RampEndpoint{Key: RingKey(&d.Endpoint), Final: k * uint64(d.Endpoint.Weight), Start: d.Endpoint.FirstSeen, Gone: d.Gone})
 		}
 		var err error
