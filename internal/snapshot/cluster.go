@@ -97,11 +97,12 @@ func buildCluster(c *model.Cluster, kind Kind, fade *fadePlan) (*clusterv3.Clust
 }
 
 // ringSizes are the ring_hash sizes published for the cluster: as
-// configured, or, when laid out for fade-in, exactly the planned entries
-// (fadein.ExactWeights).
+// configured, or, when laid out for fade-in, the step's (stepRing): a
+// minimum that the EDS weights turn into exactly the planned entries, under
+// the configured maximum.
 func ringSizes(c *model.Cluster, fade *fadePlan) (minSize, maxSize uint64) {
 	if fade != nil && fade.layout {
-		return fade.ringSize, fade.ringSize
+		return fade.ring.minRing, fade.ring.maxRing
 	}
 	return c.MinRingSize, c.MaxRingSize
 }
@@ -211,10 +212,10 @@ func ringNotes(c *model.Cluster, fade *fadePlan) []string {
 		return nil
 	}
 	if fade != nil && fade.layout {
-		// fadein.ExactWeights makes every walk exact; only the gRPC
-		// clients' ring size cap can still make them differ.
-		if fade.ringSize > ringhash.GRPCRingHashCap {
-			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds the gRPC clients' cap of %d (grpc-go GRPC_RING_HASH_CAP, grpc.lb.ring_hash.ring_size_cap in grpc-js and C-core): gRPC clients build a smaller ring than Envoy and pick differently", fade.ringSize, ringhash.GRPCRingHashCap)}
+		// The step's weights make every walk exact (stepRing); only the
+		// gRPC clients' ring size cap can still make them differ.
+		if fade.ring.total > ringhash.GRPCRingHashCap {
+			return []string{fmt.Sprintf("fade-in ring of %d entries exceeds the gRPC clients' cap of %d (grpc-go GRPC_RING_HASH_CAP, grpc.lb.ring_hash.ring_size_cap in grpc-js and C-core): gRPC clients build a smaller ring than Envoy and pick differently", fade.ring.total, ringhash.GRPCRingHashCap)}
 		}
 		return nil
 	}

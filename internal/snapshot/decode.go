@@ -522,27 +522,49 @@ func RouteHashHeader(rc *routev3.RouteConfiguration, cluster string) (string, bo
 	return "", false
 }
 
-// PairConsistent reports whether cds and cla belong to the same fade-in
-// step. A step of a laid-out cluster changes the ring size in CDS and the
-// weights in EDS; a client that builds a ring from one step's size and
-// another step's weights moves keys between old endpoints for a moment.
-// Assignments without a step ring size (no fade-in layout) always pair.
+// PairConsistent reports whether cds and cla build the ring planned for
+// the fade-in step of cla. A laid-out cluster's step publishes ring sizes
+// in CDS and weights in EDS, which reach a client as separate responses;
+// the weights list the ring sizes they are exact under (MetadataRingSizes:
+// their own step's, and a neighbouring step's where the arithmetic allows),
+// and any other Cluster with them moves keys between old endpoints for a
+// moment. Assignments without that list (no fade-in layout) always pair.
 func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) bool {
-	var step uint64
+	var pairs *structpb.ListValue
 	for _, loc := range cla.GetEndpoints() {
 		for _, lb := range loc.GetLbEndpoints() {
-			if n := lb.GetMetadata().GetFilterMetadata()[MetadataRingxds].GetFields()[MetadataRingSize].GetNumberValue(); n >= 1 {
-				step = uint64(n)
+			if l := lb.GetMetadata().GetFilterMetadata()[MetadataRingxds].GetFields()[MetadataRingSizes].GetListValue(); l != nil {
+				pairs = l
 				break
 			}
 		}
-		if step != 0 {
+		if pairs != nil {
 			break
 		}
 	}
-	if step == 0 {
+	if pairs == nil {
 		return true
 	}
+	minSize, maxSize, ok, err := publishedRingSizes(cds)
+	switch {
+	case err != nil:
+		return false
+	case !ok:
+		return true // no ring_hash: the weights build no ring
+	}
+	for _, p := range pairs.GetValues() {
+		v := p.GetListValue().GetValues()
+		if len(v) == 2 && v[0].GetNumberValue() == float64(minSize) && v[1].GetNumberValue() == float64(maxSize) {
+			return true
+		}
+	}
+	return false
+}
+
+// publishedRingSizes reads the ring sizes of a Cluster's ring_hash policy:
+// the first typed RingHash entry, else the legacy fields (KindGRPCLegacy).
+// ok is false when the Cluster has neither.
+func publishedRingSizes(cds *clusterv3.Cluster) (minSize, maxSize uint64, ok bool, err error) {
 	for _, p := range cds.GetLoadBalancingPolicy().GetPolicies() {
 		cfg := p.GetTypedExtensionConfig().GetTypedConfig()
 		if cfg.GetTypeUrl() != typeURLRingHash {
@@ -550,14 +572,13 @@ func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignmen
 		}
 		rh := &ringhashv3.RingHash{}
 		if err := cfg.UnmarshalTo(rh); err != nil {
-			return false
+			return 0, 0, false, err
 		}
-		return rh.GetMinimumRingSize().GetValue() == step && rh.GetMaximumRingSize().GetValue() == step
+		return rh.GetMinimumRingSize().GetValue(), rh.GetMaximumRingSize().GetValue(), true, nil
 	}
 	if cds.GetLbPolicy() == clusterv3.Cluster_RING_HASH {
-		// A Cluster served in the legacy fields only (KindGRPCLegacy).
 		rh := cds.GetRingHashLbConfig()
-		return rh.GetMinimumRingSize().GetValue() == step && rh.GetMaximumRingSize().GetValue() == step
+		return rh.GetMinimumRingSize().GetValue(), rh.GetMaximumRingSize().GetValue(), true, nil
 	}
-	return true
+	return 0, 0, false, nil
 }

@@ -76,12 +76,23 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string
 		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hostPort, b.hostPort))
 	})
 
+	var ringSizes *structpb.Value
+	if fade != nil && fade.ring != nil {
+		// One list shared by every endpoint: the messages are read only.
+		pairs := make([]*structpb.Value, len(fade.ring.pairs))
+		for i, p := range fade.ring.pairs {
+			pairs[i] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+				structpb.NewNumberValue(float64(p[0])), structpb.NewNumberValue(float64(p[1])),
+			}})
+		}
+		ringSizes = structpb.NewListValue(&structpb.ListValue{Values: pairs})
+	}
 	lbEndpoints := make([]*endpointv3.LbEndpoint, len(eps))
 	arena := newEndpointArena(len(eps))
 	for i, k := range eps {
 		lbEndpoints[i] = arena.lbEndpoint(i, k.ep)
 		if fade != nil {
-			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve, fade.ringSize)
+			arena.applyFade(i, fade.byHostPort[k.hostPort], fade.curve, ringSizes)
 		}
 	}
 
@@ -104,12 +115,14 @@ func buildLoadAssignment(c *model.Cluster, fade *fadePlan, clusterVersion string
 // applyFade overrides endpoint i's weight with the fade plan's and adds the
 // fade-in metadata: the final ring entries in a laid-out cluster, and the
 // start and curve while the endpoint fades.
-func (a *endpointArena) applyFade(i int, fe fadeEndpoint, curve fadein.Curve, ringSize uint64) {
+func (a *endpointArena) applyFade(i int, fe fadeEndpoint, curve fadein.Curve, ringSizes *structpb.Value) {
 	a.weights[i].Value = fe.weight
 	rx := a.ringxds[i].Fields
 	if fe.entries > 0 {
 		rx[MetadataRingEntries] = structpb.NewNumberValue(float64(fe.entries))
-		rx[MetadataRingSize] = structpb.NewNumberValue(float64(ringSize))
+		if ringSizes != nil {
+			rx[MetadataRingSizes] = ringSizes
+		}
 	}
 	if fe.fading {
 		rx[MetadataFadeStart] = structpb.NewStringValue(fe.start.UTC().Format(time.RFC3339Nano))

@@ -26,12 +26,14 @@ const (
 	// cluster whose ring is laid out for fade-in, so a client can build the
 	// final ring (fadein.NewCountRing) while the EDS weights still ramp.
 	MetadataRingEntries = "ring_entries"
-	// MetadataRingSize is, in a laid-out cluster, the ring size of the fade
-	// step the endpoint weights belong to: the minimum and maximum ring size
-	// the same step publishes in CDS. A fade step changes both CDS and EDS,
-	// which reach a client as separate messages; this lets a client tell
-	// whether it holds both halves of one step (see PairConsistent).
-	MetadataRingSize = "ring_size"
+	// MetadataRingSizes lists, in a laid-out cluster, the ring sizes under
+	// which the endpoint weights build the ring planned for their step, in
+	// every data plane: [minimum, maximum] pairs, the step's own first,
+	// then the neighbouring steps' where they are exact too. A fade step
+	// may change both CDS and EDS, which reach a client as separate
+	// messages; this lets a client tell whether the Cluster it holds and
+	// these weights build the planned ring (see PairConsistent).
+	MetadataRingSizes = "ring_sizes"
 )
 
 // fadeEndpoint is what fade-in decides for one endpoint.
@@ -50,10 +52,10 @@ type fadeEndpoint struct {
 type fadePlan struct {
 	curve fadein.Curve
 	// layout is true when the ring_hash ring is laid out as entries per
-	// weight (fadein.EntriesPerWeight) and ringSize is published as both
-	// minimum and maximum ring size.
-	layout   bool
-	ringSize uint64
+	// weight (fadein.EntriesPerWeight); ring then holds the step's ring
+	// sizes and the ones its weights also pair with.
+	layout bool
+	ring   *stepRingSizes
 	// byHostPort holds every endpoint's decision.
 	byHostPort map[string]fadeEndpoint
 	status     []FadeStatus
@@ -78,7 +80,7 @@ type fadePlan struct {
 // ramping a weight in a Maglev table moves keys between old endpoints. They
 // publish the fade metadata, so the client library fades them in with an
 // NRing.
-func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
+func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error) {
 	if c.FadeIn == nil {
 		return nil, nil
 	}
@@ -89,15 +91,7 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 	step := fadein.StepTime(now)
 
 	// EDS order: the order both data planes walk, which ExactWeights needs.
-	eps := make([]*model.Endpoint, len(c.Endpoints))
-	var weightSum uint64
-	for i := range c.Endpoints {
-		eps[i] = &c.Endpoints[i]
-		weightSum += uint64(c.Endpoints[i].Weight)
-	}
-	slices.SortFunc(eps, func(a, b *model.Endpoint) int {
-		return cmp.Or(cmp.Compare(RingKey(a), RingKey(b)), cmp.Compare(a.HostPort(), b.HostPort()))
-	})
+	eps, weightSum := walkOrder(c)
 
 	var k uint64
 	if c.Policy != model.PolicyMaglev {
@@ -120,31 +114,10 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 
 	var plan fadein.RampPlan
 	if p.layout {
-		ramp := make([]fadein.RampEndpoint, len(eps), len(eps)+len(c.Departed))
-		for i, ep := range eps {
-			ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
-		}
-		// Endpoints that left mid-fade are replayed until they left, after
-		// the others (they are not in EDS, so not in the walk order). One
-		// that came back is present under the same ring key: replaying
-		// both would put two endpoints on one set of ring positions, so
-		// only the present one counts.
-		present := make(map[string]bool, len(eps))
-		for _, ep := range eps {
-			present[RingKey(ep)] = true
-		}
-		for i := range c.Departed {
-			d := &c.Departed[i]
-			if present[RingKey(&d.Endpoint)] {
-				continue
-			}
-			ramp = append(ramp, fadein.RampEndpoint{Key: RingKey(&d.Endpoint), Final: k * uint64(d.Endpoint.Weight), Start: d.Endpoint.FirstSeen, Gone: d.Gone})
-		}
 		var err error
-		if plan, err = fadein.PlanRamp(ramp, p.curve, ringhash.XXHash, c.MaxRingSize, step); err != nil {
-			return nil, fmt.Errorf("fade-in plan: %w", err)
+		if plan, err = layoutPlan(c, eps, k, p.curve, step); err != nil {
+			return nil, err
 		}
-		plan.Counts, plan.Fading = plan.Counts[:len(eps)], plan.Fading[:len(eps)]
 		if len(c.Departed) > 0 && slices.Contains(plan.Fading, true) {
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: %d endpoint(s) left during the fade; the plan keeps them in its replay until they left, so no entry already published is taken back", len(c.Departed)))
 		}
@@ -177,14 +150,15 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 	}
 
 	if p.layout {
-		weights, size, err := fadein.ExactWeights(plan.Counts)
+		rs, err := stepRing(c, p.curve, plan.Counts, slices.Contains(plan.Fading, true), step, memo)
 		if err != nil {
 			return nil, fmt.Errorf("fade-in layout: %w", err)
 		}
-		p.ringSize = size
+		p.ring = rs
+		p.notes = append(p.notes, rs.notes...)
 		for i, ep := range eps {
 			fe := p.byHostPort[ep.HostPort()]
-			fe.weight = weights[i]
+			fe.weight = rs.weights[i]
 			p.byHostPort[ep.HostPort()] = fe
 		}
 	}
@@ -210,4 +184,50 @@ func planFade(c *model.Cluster, now time.Time) (*fadePlan, error) {
 		})
 	}
 	return p, nil
+}
+
+// walkOrder returns the cluster's endpoints in EDS order, the order both
+// data planes walk (which the weights need), and their weight sum.
+func walkOrder(c *model.Cluster) ([]*model.Endpoint, uint64) {
+	eps := make([]*model.Endpoint, len(c.Endpoints))
+	var weightSum uint64
+	for i := range c.Endpoints {
+		eps[i] = &c.Endpoints[i]
+		weightSum += uint64(c.Endpoints[i].Weight)
+	}
+	slices.SortFunc(eps, func(a, b *model.Endpoint) int {
+		return cmp.Or(cmp.Compare(RingKey(a), RingKey(b)), cmp.Compare(a.HostPort(), b.HostPort()))
+	})
+	return eps, weightSum
+}
+
+// layoutPlan is fadein.PlanRamp for a laid-out cluster at step, k entries
+// per unit of weight, eps in walk order; the plan covers eps only.
+func layoutPlan(c *model.Cluster, eps []*model.Endpoint, k uint64, curve fadein.Curve, step time.Time) (fadein.RampPlan, error) {
+	ramp := make([]fadein.RampEndpoint, len(eps), len(eps)+len(c.Departed))
+	for i, ep := range eps {
+		ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
+	}
+	// Endpoints that left mid-fade are replayed until they left, after
+	// the others (they are not in EDS, so not in the walk order). One that
+	// came back is present under the same ring key: replaying both would
+	// put two endpoints on one set of ring positions, so only the present
+	// one counts.
+	present := make(map[string]bool, len(eps))
+	for _, ep := range eps {
+		present[RingKey(ep)] = true
+	}
+	for i := range c.Departed {
+		d := &c.Departed[i]
+		if present[RingKey(&d.Endpoint)] {
+			continue
+		}
+		ramp = append(ramp, fadein.RampEndpoint{Key: RingKey(&d.Endpoint), Final: k * uint64(d.Endpoint.Weight), Start: d.Endpoint.FirstSeen, Gone: d.Gone})
+	}
+	plan, err := fadein.PlanRamp(ramp, curve, ringhash.XXHash, c.MaxRingSize, step)
+	if err != nil {
+		return fadein.RampPlan{}, fmt.Errorf("fade-in plan: %w", err)
+	}
+	plan.Counts, plan.Fading = plan.Counts[:len(eps)], plan.Fading[:len(eps)]
+	return plan, nil
 }

@@ -157,6 +157,8 @@ type clusterSet struct {
 	notes    []string
 	fading   []FadeStatus
 	next     time.Time
+	// ring keeps the fade's planned steps for the next build (ringMemo).
+	ring *ringMemo
 }
 
 // reusable reports whether the set depends on nothing but its model: with a
@@ -196,8 +198,12 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 		}
 		cs := b.prev[c.Name]
 		if cs == nil || !cs.reusable() || !cs.model.Equal(c) {
+			memo := &ringMemo{}
+			if cs != nil && cs.ring != nil {
+				memo = cs.ring // it checks the model itself
+			}
 			var err error
-			if cs, err = buildClusterSet(c, now); err != nil {
+			if cs, err = buildClusterSet(c, now, memo); err != nil {
 				return nil, err
 			}
 		}
@@ -231,16 +237,16 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 }
 
 // buildClusterSet translates and validates one cluster for every kind.
-func buildClusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
+func buildClusterSet(c *model.Cluster, now time.Time, memo *ringMemo) (*clusterSet, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster %q is not normalized: %w", c.Name, err)
 	}
-	fade, err := planFade(c, now)
+	fade, err := planFade(c, now, memo)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
 	kinds := AllKinds()
-	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, len(kinds))}
+	cs := &clusterSet{model: c.Clone(), clusters: make(map[Kind]*clusterv3.Cluster, len(kinds)), ring: memo}
 	if cs.listener, err = buildListener(c); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
