@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,17 +56,38 @@ type typeState struct {
 	names   []string // subscribed names, sorted
 	version string   // last accepted version
 	nonce   string   // nonce of the last response on the current stream
-	sent    bool     // a request went out on the current stream
+	// detail rejects nonce until the NACK is sent.
+	detail *status.Status
+	// dirty: the type's request must be (re)sent on the current stream. The
+	// request is built when it is sent, from the state then, so requests
+	// queued meanwhile collapse into the latest.
+	dirty bool
+	sent  bool // a request went out, or is queued, on the current stream
+	// lastSent is the names of the last request sent on the stream, and
+	// dropped those of them unsubscribed since. A name dropped and asked
+	// for again before the request went out must still reach the server as
+	// removed and added, or it would not send the resource again.
+	lastSent []string
+	dropped  map[string]bool
 }
 
 // Client is an ADS state-of-the-world client.
+//
+// Requests (subscriptions, ACKs, NACKs) are never sent from the receive
+// goroutine nor under a lock: each stream has a sender goroutine that
+// sends, per type, the latest request. A server that stops reading blocks
+// only that goroutine; responses keep being received and applied, and
+// callers of Subscribe never wait for the network.
 type Client struct {
 	cfg Config
 	log *zap.Logger
 
-	mu     sync.Mutex // guards types, stream and serializes Send
-	types  map[string]*typeState
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	mu    sync.Mutex // guards types and wake; never held across a Send
+	types map[string]*typeState
+	// wake nudges the current stream's sender; nil while no stream is up.
+	wake chan struct{}
+
+	ignored atomic.Uint64 // responses of types never subscribed to
 }
 
 // New returns a Client; Run starts it.
@@ -86,8 +108,12 @@ func New(cfg Config) *Client {
 	return c
 }
 
+// Ignored counts the responses dropped because their type was never
+// subscribed to.
+func (c *Client) Ignored() uint64 { return c.ignored.Load() }
+
 // Subscribe replaces the names subscribed for typeURL and, when a stream is
-// up, sends the request at once.
+// up, queues the request. It never waits for the network.
 func (c *Client) Subscribe(typeURL string, names []string) {
 	names = slices.Clone(names)
 	slices.Sort(names)
@@ -102,9 +128,27 @@ func (c *Client) Subscribe(typeURL string, names []string) {
 	if slices.Equal(ts.names, names) && ts.sent {
 		return
 	}
+	for _, n := range ts.lastSent {
+		if _, found := slices.BinarySearch(names, n); !found {
+			if ts.dropped == nil {
+				ts.dropped = make(map[string]bool)
+			}
+			ts.dropped[n] = true
+		}
+	}
 	ts.names = names
-	if c.stream != nil {
-		c.sendLocked(typeURL, ts, "", nil)
+	c.queueLocked(ts)
+}
+
+// queueLocked marks ts's request for sending on the current stream.
+func (c *Client) queueLocked(ts *typeState) {
+	if c.wake == nil {
+		return
+	}
+	ts.dirty, ts.sent = true, true
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -161,22 +205,30 @@ func (c *Client) runStream(ctx context.Context) (healthy bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("open ADS stream: %w", err)
 	}
+	wake := make(chan struct{}, 1)
 	c.mu.Lock()
-	c.stream = stream
-	for _, ts := range c.types {
-		ts.nonce, ts.sent = "", false
-	}
+	c.wake = wake
 	// Resubscribe with the last accepted versions, so a server that still
 	// has the same resources need not resend them.
-	for _, t := range c.order() {
-		if ts := c.types[t]; len(ts.names) > 0 {
-			c.sendLocked(t, ts, "", nil)
+	for _, ts := range c.types {
+		ts.nonce, ts.detail, ts.sent, ts.dirty = "", nil, false, false
+		ts.lastSent, ts.dropped = nil, nil
+		if len(ts.names) > 0 {
+			c.queueLocked(ts)
 		}
 	}
 	c.mu.Unlock()
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		c.sendLoop(sctx, cancel, stream, wake)
+	}()
 	defer func() {
+		// The sender's Send returns once the stream's context ends.
+		cancel()
+		<-sent
 		c.mu.Lock()
-		c.stream = nil
+		c.wake = nil
 		c.mu.Unlock()
 	}()
 
@@ -193,6 +245,70 @@ func (c *Client) runStream(ctx context.Context) (healthy bool, err error) {
 	}
 }
 
+// sendLoop sends the queued requests of one stream, CDS before EDS, until
+// the stream ends. A failed Send ends the stream.
+func (c *Client) sendLoop(ctx context.Context, cancel context.CancelFunc, stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, wake <-chan struct{}) {
+	first := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		}
+		for {
+			req := c.nextRequest(first)
+			if req == nil {
+				break
+			}
+			if err := stream.Send(req); err != nil {
+				if !errors.Is(err, context.Canceled) {
+					c.log.Debug("send failed", zap.String("type", req.GetTypeUrl()), zap.Error(err))
+				}
+				cancel()
+				return
+			}
+			first = false
+		}
+	}
+}
+
+// nextRequest takes the first queued request, built from the type's state
+// now, or returns nil. The node goes on the first request of a stream only,
+// which is all go-control-plane and Envoy servers read.
+func (c *Client) nextRequest(first bool) *discoveryv3.DiscoveryRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.order() {
+		ts := c.types[t]
+		if !ts.dirty {
+			continue
+		}
+		names := ts.names
+		if readded := slices.ContainsFunc(names, func(n string) bool { return ts.dropped[n] }); readded {
+			// First without the names dropped and asked for again; the
+			// full request follows.
+			names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return ts.dropped[n] })
+		} else {
+			ts.dirty = false
+		}
+		ts.dropped = nil
+		ts.lastSent = names
+		req := &discoveryv3.DiscoveryRequest{
+			TypeUrl:       t,
+			VersionInfo:   ts.version,
+			ResourceNames: names,
+			ResponseNonce: ts.nonce,
+			ErrorDetail:   ts.detail,
+		}
+		ts.detail = nil
+		if first {
+			req.Node = c.cfg.Node
+		}
+		return req
+	}
+	return nil
+}
+
 // order lists the known types, configured ones first in configured order.
 func (c *Client) order() []string {
 	out := slices.Clone(c.cfg.Types)
@@ -206,8 +322,24 @@ func (c *Client) order() []string {
 	return append(out, extra...)
 }
 
+// handle applies one response and queues its ACK or NACK. A response of a
+// type the client neither configured nor subscribed to is dropped without
+// a trace, neither ACKed nor NACKed: the client cannot judge it, and
+// keeping any state for it would let a server grow the client's memory
+// with every new type URL (grpc-go ignores such responses too).
 func (c *Client) handle(resp *discoveryv3.DiscoveryResponse) {
 	t := resp.GetTypeUrl()
+	c.mu.Lock()
+	known := c.types[t] != nil
+	c.mu.Unlock()
+	if !known {
+		if c.ignored.Add(1) == 1 {
+			c.log.Warn("ignoring responses of a type never subscribed to (logged once; counted)", zap.String("type", t))
+		} else {
+			c.log.Debug("ignoring a response of a type never subscribed to", zap.String("type", t))
+		}
+		return
+	}
 	var herr error
 	for _, r := range resp.GetResources() {
 		if r.GetTypeUrl() != t {
@@ -221,54 +353,12 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.types[t]
-	if ts == nil {
-		// Never subscribed: ACK so the server stops waiting, apply nothing.
-		ts = &typeState{}
-		c.types[t] = ts
-	}
 	ts.nonce = resp.GetNonce()
 	if herr != nil {
 		c.log.Warn("NACK", zap.String("type", t), zap.String("version", resp.GetVersionInfo()), zap.Error(herr))
-		c.sendLocked(t, ts, resp.GetNonce(), &status.Status{Code: int32(codes.InvalidArgument), Message: herr.Error()})
-		return
+		ts.detail = &status.Status{Code: int32(codes.InvalidArgument), Message: herr.Error()}
+	} else {
+		ts.version, ts.detail = resp.GetVersionInfo(), nil
 	}
-	ts.version = resp.GetVersionInfo()
-	c.sendLocked(t, ts, resp.GetNonce(), nil)
-}
-
-// sendLocked sends the current subscription of t, acknowledging nonce (or
-// rejecting it when detail is set). The node goes on the first request of a
-// stream only, which is all go-control-plane and Envoy servers read.
-func (c *Client) sendLocked(t string, ts *typeState, nonce string, detail *status.Status) {
-	if c.stream == nil {
-		return
-	}
-	req := &discoveryv3.DiscoveryRequest{
-		TypeUrl:       t,
-		VersionInfo:   ts.version,
-		ResourceNames: ts.names,
-		ResponseNonce: nonce,
-		ErrorDetail:   detail,
-	}
-	if nonce == "" {
-		req.ResponseNonce = ts.nonce
-	}
-	if !c.anySentLocked() {
-		req.Node = c.cfg.Node
-	}
-	ts.sent = true
-	if err := c.stream.Send(req); err != nil && !errors.Is(err, context.Canceled) {
-		// The receive loop sees the broken stream and reconnects.
-		c.log.Debug("send failed", zap.String("type", t), zap.Error(err))
-	}
-}
-
-func (c *Client) anySentLocked() bool {
-	n := 0
-	for _, ts := range c.types {
-		if ts.sent {
-			n++
-		}
-	}
-	return n > 0
+	c.queueLocked(ts)
 }
