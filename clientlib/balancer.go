@@ -184,6 +184,10 @@ type balancer struct {
 	metas  map[endpointMeta]*endpointMeta
 
 	life lifetime
+	// ringEntries is what the current state holds in ring entries (its ring
+	// and fade-in rings), for the client's ring budget. Guarded by the
+	// Client's mu.
+	ringEntries int
 }
 
 func newBalancer(cluster string, opts balancerOptions, log *zap.Logger) *balancer {

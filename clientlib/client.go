@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -55,6 +56,9 @@ type Client struct {
 	lastStreamErr      atomic.Pointer[error] // why the last stream ended, nil once one delivered
 	acks, nacks        [2]atomic.Uint64      // by typeIndex
 	reconnects         atomic.Uint64
+	overBudgets        [numBudgets]atomic.Uint64 // resources NACKed, by budget
+	unsolicited        atomic.Uint64             // resources dropped: not subscribed to
+	budget             budgets
 	metricsUnregister  func()
 	ctx                context.Context // ends at Close; balancer tickers run under it
 	mu                 sync.Mutex
@@ -77,7 +81,7 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	o := options{backoffBase: 100 * time.Millisecond, backoffMax: 30 * time.Second}
+	o := options{backoffBase: 100 * time.Millisecond, backoffMax: 30 * time.Second, budget: defaultBudgets()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -109,6 +113,12 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithUserAgent(UserAgent),
+		// Pings find a dead connection (a server gone without a FIN, a
+		// dropped NAT entry) that an idle stream would never notice. The
+		// interval stays above ringxds' enforcement minimum (10 s,
+		// internal/server), so the server does not GOAWAY the client for
+		// pinging too often; without a stream there is nothing to watch.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}, o.dialOpts...)
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
@@ -125,6 +135,7 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		balancers: make(map[string]*balancer),
 		clusters:  make(map[string]*clusterv3.Cluster),
 		endpoints: make(map[string]*endpointv3.ClusterLoadAssignment),
+		budget:    o.budget,
 	}
 	node := &corev3.Node{
 		Id:            o.nodeID,
@@ -194,7 +205,9 @@ func (c *Client) Close() error {
 // cluster that does not arrive wraps ErrNotReady and says why when the
 // client knows: ErrUnknownCluster, ErrRejected or ErrNoServer.
 func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerOption) (*Balancer, error) {
-	c.mu.Lock()
+	if err := c.lockCtx(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotReady, cluster, err)
+	}
 	if c.closed.Load() {
 		c.mu.Unlock()
 		return nil, ErrClosed
@@ -228,6 +241,30 @@ func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerO
 		return nil, err
 	}
 	return &Balancer{balancer: b}, nil
+}
+
+// lockCtx locks c.mu unless ctx ends first: the lock is held while a
+// response is applied, which can take a while for large rings.
+func (c *Client) lockCtx(ctx context.Context) error {
+	if c.mu.TryLock() {
+		return nil
+	}
+	got, abandoned := make(chan struct{}), make(chan struct{})
+	go func() {
+		c.mu.Lock()
+		select {
+		case got <- struct{}{}:
+		case <-abandoned:
+			c.mu.Unlock()
+		}
+	}()
+	select {
+	case <-got:
+		return nil
+	case <-ctx.Done():
+		close(abandoned)
+		return ctx.Err()
+	}
 }
 
 // release drops one reference to b; the last one unsubscribes its cluster
@@ -360,7 +397,8 @@ func (c *Client) onClusters(resources []*anypb.Any) error {
 		present[cds.GetName()] = true
 		b := c.balancers[cds.GetName()]
 		if b == nil {
-			continue // not asked for
+			c.unsolicited.Add(1) // not asked for: dropped
+			continue
 		}
 		if msg := c.applyClusterLocked(b, cds); msg != "" {
 			rejected = append(rejected, msg)
@@ -393,6 +431,7 @@ func (c *Client) applyClusterLocked(b *balancer, cds *clusterv3.Cluster) string 
 		}
 		return msg
 	}
+	prev, hadPrev := c.clusters[cds.GetName()]
 	c.clusters[cds.GetName()] = cds
 	b.life.setSeen()
 	if b.life.setStale(time.Time{}) {
@@ -405,7 +444,18 @@ func (c *Client) applyClusterLocked(b *balancer, cds *clusterv3.Cluster) string 
 		return ""
 	}
 	if err := c.installLocked(b, cds, cla, d, err); err != nil {
-		return err.Error()
+		// The ring stays the last good one, and so does the Cluster it
+		// was built from, for the endpoints to come.
+		if hadPrev {
+			c.clusters[cds.GetName()] = prev
+		} else {
+			delete(c.clusters, cds.GetName())
+		}
+		msg := fmt.Sprintf("cluster %q: %v", cds.GetName(), err)
+		if b.state.Load() == nil {
+			b.life.setCause(fmt.Errorf("%w: cluster %q: %w", ErrRejected, cds.GetName(), err))
+		}
+		return msg
 	}
 	return ""
 }
@@ -419,6 +469,7 @@ func (c *Client) installLocked(b *balancer, cds *clusterv3.Cluster, cla *endpoin
 	switch {
 	case errors.Is(decodeErr, snapshot.ErrNoEndpoints):
 		b.setState(policyOf(cds), nil, nil, nil)
+		b.ringEntries = 0
 		b.life.setCause(nil)
 		return nil
 	case decodeErr != nil:
@@ -463,14 +514,25 @@ func (c *Client) edsNamesLocked() []string {
 // decode into a ring with their cluster's policy. An assignment without
 // endpoints is accepted, as Envoy and grpc-go accept it: Pick and Do then
 // return ErrNoEndpoints.
+//
+// Assignments no accepted cluster reads are dropped unread: a server can
+// send anything, and only what was asked for may take memory.
 func (c *Client) onEndpoints(resources []*anypb.Any) error {
 	var rejected []string
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	wanted := make(map[string]bool, len(c.clusters))
+	for _, cds := range c.clusters {
+		wanted[edsName(cds)] = true
+	}
 	for _, a := range resources {
 		cla := &endpointv3.ClusterLoadAssignment{}
 		if err := a.UnmarshalTo(cla); err != nil {
 			rejected = append(rejected, fmt.Sprintf("undecodable ClusterLoadAssignment: %v", err))
+			continue
+		}
+		if !wanted[cla.GetClusterName()] {
+			c.unsolicited.Add(1)
 			continue
 		}
 		ok := true
@@ -481,10 +543,9 @@ func (c *Client) onEndpoints(resources []*anypb.Any) error {
 			b := c.balancers[name]
 			d, err := snapshot.Decode(cds, cla, snapshot.KindClientlib)
 			if err = c.installLocked(b, cds, cla, d, err); err != nil {
-				msg := fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err)
-				rejected = append(rejected, msg)
+				rejected = append(rejected, fmt.Sprintf("endpoints %q: %v", cla.GetClusterName(), err))
 				if b.state.Load() == nil {
-					b.life.setCause(fmt.Errorf("%w: %s", ErrRejected, msg))
+					b.life.setCause(fmt.Errorf("%w: endpoints %q: %w", ErrRejected, cla.GetClusterName(), err))
 				}
 				ok = false
 			}
@@ -513,12 +574,46 @@ func (c *Client) publishLocked(b *balancer, cds *clusterv3.Cluster, cla *endpoin
 	for i, de := range d.Endpoints {
 		eps[i] = Endpoint{Addr: de.Addr, meta: &endpointMeta{scheme: de.Scheme, zone: de.Zone, weight: de.Weight}}
 	}
-	fade, err := newFader(cds, cla, d, time.Now())
+	// The ring budget: this cluster's rings, and all clusters' together.
+	others := 0
+	for _, o := range c.balancers {
+		if o != b {
+			others += o.ringEntries
+		}
+	}
+	size := d.Ring.Size()
+	left := min(c.budget.clusterEntries, c.budget.entries-others) - size
+	if left < 0 {
+		return c.countBudget(b, overRingBudget(size, others, c.budget))
+	}
+	fade, fadeEntries, err := newFader(cds, cla, d, time.Now(), c.budget.fadeEvents, left)
 	if err != nil {
-		return err
+		return c.countBudget(b, err)
 	}
 	b.setState(d.Policy, eps, d.Ring, fade)
+	b.ringEntries = size + fadeEntries
 	b.life.setCause(nil)
 	c.log.Debug("ring updated", zap.String("cluster", b.cluster), zap.String("policy", d.Policy), zap.Int("endpoints", len(eps)), zap.Bool("fading", fade != nil))
 	return nil
+}
+
+// overRingBudget says which ring budget a cluster's ring of size entries
+// exceeds with others entries held by the other clusters.
+func overRingBudget(size, others int, bud budgets) error {
+	if size > bud.clusterEntries {
+		return &budgetError{budget: budgetClusterEntries, msg: fmt.Sprintf(
+			"a ring of %d entries exceeds the ring-entry budget of %d per cluster (WithRingBudget)", size, bud.clusterEntries)}
+	}
+	return &budgetError{budget: budgetEntries, msg: fmt.Sprintf(
+		"a ring of %d entries, with the %d the other clusters hold, exceeds the client's total ring-entry budget of %d (WithRingBudget)", size, others, bud.entries)}
+}
+
+// countBudget counts err when it is a budget's and returns it.
+func (c *Client) countBudget(b *balancer, err error) error {
+	var be *budgetError
+	if errors.As(err, &be) {
+		c.overBudgets[be.budget].Add(1)
+		c.log.Warn("NACKing a cluster over budget; keeping its last good ring", zap.String("cluster", b.cluster), zap.Error(err))
+	}
+	return err
 }

@@ -29,6 +29,10 @@ var (
 	// endpoints arrived but could not be used (the client NACKed them); the
 	// error says why.
 	ErrRejected = errors.New("rejected")
+	// ErrOverBudget is wrapped in ErrRejected when the cluster or its
+	// endpoints were NACKed because their rings would exceed a budget
+	// (WithFadeBudget, WithRingBudget).
+	ErrOverBudget = errors.New("over budget")
 	// ErrNoServer is wrapped in ErrNotReady while no stream to the
 	// management server works: it cannot be reached, or it fails the
 	// stream (not an xDS server, refused credentials). The error carries
@@ -74,3 +78,22 @@ func WriteOverload(w http.ResponseWriter, err error) bool {
 	http.Error(w, oe.Error(), http.StatusServiceUnavailable)
 	return true
 }
+
+// The budgets a response can exceed, as counted by the over-budget metric.
+const (
+	budgetFadeEvents = iota
+	budgetClusterEntries
+	budgetEntries
+	numBudgets
+)
+
+var budgetNames = [numBudgets]string{"fade_events", "cluster_ring_entries", "ring_entries"}
+
+// budgetError is a rejection for exceeding a budget; it wraps ErrOverBudget.
+type budgetError struct {
+	budget int
+	msg    string
+}
+
+func (e *budgetError) Error() string { return e.msg }
+func (e *budgetError) Unwrap() error { return ErrOverBudget }

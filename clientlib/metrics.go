@@ -40,11 +40,15 @@ var (
 		"xDS responses handled, by type and outcome (ack or nack).", []string{"type", "outcome"}, nil)
 	descReconnects = prometheus.NewDesc("ringxds_clientlib_xds_stream_losses_total",
 		"Times an established ADS stream was lost.", nil, nil)
+	descOverBudget = prometheus.NewDesc("ringxds_clientlib_xds_over_budget_total",
+		"Resources NACKed because their rings would exceed a budget (fade_events, cluster_ring_entries, ring_entries); the cluster kept its last good ring.", []string{"budget"}, nil)
+	descUnsolicited = prometheus.NewDesc("ringxds_clientlib_xds_unsolicited_total",
+		"What the server sent unasked, dropped without being stored: responses of a type never subscribed to (type), resources not subscribed to (resource).", []string{"what"}, nil)
 )
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descRetries, descSheds, descFreezes, descEjections, descRetriesDenied, descStale,
-		descWalk, descInFlight, descQueued, descEndpoints, descConnected, descResponses, descReconnects} {
+		descWalk, descInFlight, descQueued, descEndpoints, descConnected, descResponses, descReconnects, descOverBudget, descUnsolicited} {
 		ch <- d
 	}
 }
@@ -63,6 +67,11 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descConnected, connected)
 	counter(descReconnects, c.reconnects.Load())
+	for i, name := range budgetNames {
+		counter(descOverBudget, c.overBudgets[i].Load(), name)
+	}
+	counter(descUnsolicited, c.ads.Ignored(), "type")
+	counter(descUnsolicited, c.unsolicited.Load(), "resource")
 	for ti, t := range []string{"cds", "eds"} {
 		counter(descResponses, c.acks[ti].Load(), t, "ack")
 		counter(descResponses, c.nacks[ti].Load(), t, "nack")

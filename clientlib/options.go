@@ -22,6 +22,14 @@ type options struct {
 	registerer   prometheus.Registerer
 	backoffBase  time.Duration
 	backoffMax   time.Duration
+	budget       budgets
+}
+
+// budgets bound what a management server can make the client build.
+type budgets struct {
+	fadeEvents     int // distinct fade events per cluster
+	clusterEntries int // ring entries per cluster, fade-in rings included
+	entries        int // ring entries over all clusters
 }
 
 // WithNodeID sets the xDS node id the management server sees (its debug
@@ -60,6 +68,58 @@ func WithMetricsLabel(value string) Option { return func(o *options) { o.metrics
 // The defaults are 100 ms and 30 s.
 func WithReconnectBackoff(base, maxDelay time.Duration) Option {
 	return func(o *options) { o.backoffBase, o.backoffMax = base, maxDelay }
+}
+
+// WithFadeBudget bounds the distinct fade-in events (endpoints grouped by
+// fade_start and curve) a cluster may have fading at once: the client builds
+// one ring per event, and each pick looks at every event. A response with
+// more is NACKed, naming the budget, and the cluster keeps its last good
+// ring. The default is DefaultMaxFadeEvents; n < 1 is taken as 1.
+func WithFadeBudget(n int) Option { return func(o *options) { o.budget.fadeEvents = max(n, 1) } }
+
+// WithRingBudget bounds the ring entries the client holds for one cluster
+// (its ring and, while endpoints fade in, every ring of its N-ring) and
+// over all its clusters. A response that would exceed either is NACKed,
+// naming the budget, before the fade-in rings are built, and the cluster
+// keeps its last good ring. A ring entry costs about 11 bytes. The defaults
+// are DefaultMaxClusterRingEntries and DefaultMaxRingEntries; a budget
+// below a cluster's own ring (up to 8,388,608 entries for Envoy's largest
+// ring_hash ring) rejects the cluster. Values below 1 are taken as 1.
+func WithRingBudget(perCluster, total int) Option {
+	return func(o *options) { o.budget.clusterEntries, o.budget.entries = max(perCluster, 1), max(total, 1) }
+}
+
+// Budgets, documented in docs/clientlib.md ("Hostile or broken servers").
+const (
+	// DefaultMaxFadeEvents is the fade-in events a cluster may have at
+	// once. ringxds starts one per scale-up; 16 overlapping scale-ups
+	// within one fade duration is far beyond a sane deployment.
+	DefaultMaxFadeEvents = 16
+	// DefaultMaxClusterRingEntries is 33,554,432 entries (about 370 MB):
+	// Envoy's largest ring_hash ring, 8,388,608 entries, four times, so
+	// even that ring can fade in one event (published ring, established
+	// ring, one event's ring), and a Maglev cluster with its largest table
+	// too.
+	DefaultMaxClusterRingEntries = 4 * maxLegalRing
+	// DefaultMaxRingEntries is 67,108,864 entries (about 740 MB) over all
+	// the client's clusters.
+	DefaultMaxRingEntries = 8 * maxLegalRing
+
+	// maxLegalRing is Envoy's largest ring_hash ring.
+	maxLegalRing = 8388608
+)
+
+// The client's keepalive: a ping after 30 s without frames, the connection
+// dropped when it goes unanswered for 10 s. ringxds' server lets clients
+// ping every 10 s (keepalive.EnforcementPolicy in internal/server); a
+// server with a stricter policy needs WithDialOptions(grpc.WithKeepaliveParams(...)).
+const (
+	keepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 10 * time.Second
+)
+
+func defaultBudgets() budgets {
+	return budgets{fadeEvents: DefaultMaxFadeEvents, clusterEntries: DefaultMaxClusterRingEntries, entries: DefaultMaxRingEntries}
 }
 
 // BalancerOption configures a Balancer. Options apply when the client
