@@ -10,9 +10,27 @@ import (
 )
 
 // maxScheduleSteps bounds the steps of a fade that fadein.RingSizeSchedule
-// sees: a chain of fades that never ends (constant churn) is scheduled over
-// its last maxScheduleSteps steps.
+// sees: a long fade, or a chain of fades that never ends (constant churn),
+// is scheduled in tiles of maxScheduleSteps steps (scheduleWindow).
 const maxScheduleSteps = 256
+
+// scheduleWindow is the part of the fade chain from..to that is scheduled
+// together with step: the whole chain when it is short enough, else the
+// tile of maxScheduleSteps steps, counted from the chain's start, that
+// holds step. Tiles depend on the chain alone, so every replica and every
+// step of a tile schedules the same window; the minimum may move once more
+// at a tile's edge.
+func scheduleWindow(from, to, step time.Time) (time.Time, time.Time) {
+	span := maxScheduleSteps * fadein.StepInterval
+	if to.Sub(from) <= span {
+		return from, to
+	}
+	start := from.Add(step.Sub(from) / span * span)
+	if end := start.Add(span); end.Before(to) {
+		return start, end
+	}
+	return start, to
+}
 
 // stepRingSizes is what a laid-out cluster publishes for its ring at one
 // step: the Cluster's ring sizes and the EDS weights, in walk order.
@@ -59,6 +77,7 @@ func stepRing(c *model.Cluster, curve fadein.Curve, counts []uint64, fading bool
 	if !fading || !step.After(from) || !step.Before(to) {
 		return steadyRing(counts, c.MaxRingSize)
 	}
+	from, to = scheduleWindow(from, to, step)
 	if memo == nil {
 		memo = &ringMemo{}
 	}
@@ -101,10 +120,9 @@ func stepRing(c *model.Cluster, curve fadein.Curve, counts []uint64, fading bool
 // schedule returns the ring size schedule of the steps from..to, the one
 // kept for m's model when the step's counts are the ones it planned.
 func (m *ringMemo) schedule(c *model.Cluster, curve fadein.Curve, counts []uint64, from, to, step time.Time) ([]fadein.RingStep, error) {
-	if to.Sub(from) > maxScheduleSteps*fadein.StepInterval {
-		from = to.Add(-maxScheduleSteps * fadein.StepInterval)
-	}
-	if m.counts == nil || !m.model.Equal(c) {
+	_, hasFrom := m.counts[from.UnixNano()]
+	_, hasTo := m.counts[to.UnixNano()]
+	if !hasFrom || !hasTo || !m.model.Equal(c) {
 		if err := m.replan(c, curve, from, to); err != nil {
 			return nil, err
 		}

@@ -139,3 +139,19 @@ func TestFadeChangesTheClusterRarely(t *testing.T) {
 		})
 	}
 }
+
+// A fade longer than maxScheduleSteps is scheduled in tiles: every step,
+// early and late, builds (it used to index before the window and panic on
+// the Kubernetes source's 10 min fades), and the Cluster changes a bounded
+// number of times.
+func TestLongFadeIsScheduledInTiles(t *testing.T) {
+	c := scaleCluster(100, 10, epoch, 0, 256)
+	c.FadeIn.Duration = 10 * time.Minute
+	before := c.Clone()
+	before.Endpoints = before.Endpoints[:100]
+	cds, eds, _, inexact := fadeVersions(t, before, c, epoch, 601)
+	t.Logf("10 min fade: CDS changes %d, EDS pushes %d, inexact mixed pairs %d", cds, eds, inexact)
+	if cds > 6 {
+		t.Fatalf("%d CDS changes over a 10 min fade in three tiles, want a few", cds)
+	}
+}
