@@ -125,6 +125,10 @@ type Cluster struct {
 	// departure until the cluster's last fade is over; only fade-in
 	// planning reads them.
 	Departed []Departure
+	// Readers lists who may read the cluster besides its own namespace
+	// when the server authorizes readers (package authz): namespaces, DNS
+	// names and SPIFFE IDs. It changes no xDS resource.
+	Readers []string
 }
 
 // Departure is an endpoint that left a cluster during a fade-in.
@@ -363,7 +367,8 @@ func (c *Cluster) Equal(o *Cluster) bool {
 	if c.Name != o.Name || c.Policy != o.Policy || c.HashHeader != o.HashHeader ||
 		c.MinRingSize != o.MinRingSize || c.MaxRingSize != o.MaxRingSize || c.TableSize != o.TableSize ||
 		(c.FadeIn == nil) != (o.FadeIn == nil) || (c.FadeIn != nil && *c.FadeIn != *o.FadeIn) ||
-		len(c.Endpoints) != len(o.Endpoints) || len(c.Departed) != len(o.Departed) {
+		len(c.Endpoints) != len(o.Endpoints) || len(c.Departed) != len(o.Departed) ||
+		!slices.Equal(c.Readers, o.Readers) {
 		return false
 	}
 	for i := range c.Endpoints {
@@ -394,5 +399,6 @@ func (c *Cluster) Clone() Cluster {
 	}
 	out.Endpoints = slices.Clone(c.Endpoints)
 	out.Departed = slices.Clone(c.Departed)
+	out.Readers = slices.Clone(c.Readers)
 	return out
 }

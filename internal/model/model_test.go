@@ -120,7 +120,8 @@ func TestClusterEqual(t *testing.T) {
 	base := Cluster{Name: "a", Policy: PolicyRingHash, HashHeader: "h", MinRingSize: 4, MaxRingSize: 8,
 		FadeIn:    &FadeIn{Duration: time.Second, Exponent: 1},
 		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 1, Weight: 1, Scheme: "http", Zone: "z", HashKey: "k", FirstSeen: t0}},
-		Departed:  []Departure{{Endpoint: Endpoint{Address: "10.0.0.9", Port: 1, Weight: 1}, Gone: t0}}}
+		Departed:  []Departure{{Endpoint: Endpoint{Address: "10.0.0.9", Port: 1, Weight: 1}, Gone: t0}},
+		Readers:   []string{"team-a"}}
 	edits := map[string]func(*Cluster){
 		"name": func(c *Cluster) { c.Name = "b" }, "policy": func(c *Cluster) { c.Policy = PolicySkipper },
 		"header": func(c *Cluster) { c.HashHeader = "g" }, "min": func(c *Cluster) { c.MinRingSize = 2 },
@@ -138,6 +139,8 @@ func TestClusterEqual(t *testing.T) {
 		"departed":      func(c *Cluster) { c.Departed = nil },
 		"departed port": func(c *Cluster) { c.Departed[0].Endpoint.Port = 2 },
 		"gone":          func(c *Cluster) { c.Departed[0].Gone = t0.Add(time.Second) },
+		"readers":       func(c *Cluster) { c.Readers = append(c.Readers, "team-b") },
+		"reader":        func(c *Cluster) { c.Readers[0] = "team-b" },
 	}
 	for name, edit := range edits {
 		c := base.Clone()
