@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -62,6 +63,14 @@ type ClientStatus struct {
 	// LimitHits lists the limits that refused this stream's connection
 	// anything (a stream, a request, the connection itself), with counts.
 	LimitHits []LimitHit `json:"limit_hits,omitempty"`
+	// Identity is what the client's verified certificate says (mTLS);
+	// nil without one.
+	Identity *authz.Identity `json:"identity,omitempty"`
+	// Refused lists (the first 100 of) the resources the client asked for
+	// or would have been sent and is not authorized to read; RefusedCount
+	// counts them all (docs/xds.md, "Authorization").
+	Refused      []RefusedName `json:"refused,omitempty"`
+	RefusedCount int           `json:"refused_count,omitempty"`
 }
 
 // TypeStatus is the per-resource-type exchange state of a stream.
@@ -157,6 +166,14 @@ type client struct {
 	// defaultType is the type of a non-ADS stream, which go-control-plane
 	// fills into delta requests only after the callbacks.
 	defaultType string
+
+	// identity is the client's verified certificate's; refused the names
+	// it was refused (logged and counted once each), and claimed, per
+	// type, the refused names a delta client said it held (authz.go).
+	identity        authz.Identity
+	refused         map[RefusedName]struct{}
+	refusedOverflow int
+	claimed         map[string]map[string]struct{}
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -169,6 +186,8 @@ type registry struct {
 	assessor dataplane.Assessor
 	queue    *assessQueue
 	limiter  *limiter
+	// authz is nil when every client reads every cluster.
+	authz *authorizer
 
 	mu      sync.RWMutex
 	streams map[streamKey]*client
@@ -197,6 +216,11 @@ func (r *registry) open(ctx context.Context, protocol string, id int64, defaultT
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.status.Peer = p.Addr.String()
+	}
+	c.identity = identityFrom(ctx)
+	if !c.identity.Anonymous() {
+		id := c.identity
+		c.status.Identity = &id
 	}
 	r.mu.Lock()
 	r.streams[streamKey{protocol, id}] = c
@@ -319,6 +343,7 @@ func (r *registry) snapshot() []ClientStatus {
 			st.Types[k] = &cp
 		}
 		st.Names = c.names
+		st.Refused, st.RefusedCount = c.refusedStatus()
 		c.mu.Unlock()
 		st.ConnectionNames = int(c.conn.names.Load())
 		st.LimitHits = c.conn.limitHits()
@@ -379,6 +404,11 @@ func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 	if err != nil {
 		return err
 	}
+	if cb.r.authz != nil {
+		c.mu.Lock()
+		cb.r.checkNames(c, req.GetTypeUrl(), req.GetResourceNames())
+		c.mu.Unlock()
+	}
 	switch fix {
 	case fixRejected:
 		req.VersionInfo = version
@@ -392,8 +422,12 @@ func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 // version before the response is sent (go-control-plane calls this right
 // before Send, on the response it owns).
 func (cb callbacks) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	c := cb.r.get(ProtocolSotW, id)
+	if c != nil {
+		cb.r.filterSotW(c, resp)
+	}
 	resp.VersionInfo = contentVersion(resp.GetResources())
-	if c := cb.r.get(ProtocolSotW, id); c != nil {
+	if c != nil {
 		cb.r.sent(c, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), proto.Size(resp))
 	}
 }
@@ -409,12 +443,23 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 		names: req.GetResourceNamesSubscribe(), removed: req.GetResourceNamesUnsubscribe(),
 		initial: len(req.GetInitialResourceVersions()),
 	})
+	if err == nil && cb.r.authz != nil {
+		c.mu.Lock()
+		typeURL := cmp.Or(req.GetTypeUrl(), c.defaultType)
+		cb.r.checkNames(c, typeURL, req.GetResourceNamesSubscribe())
+		cb.r.claimRefused(c, typeURL, req)
+		c.mu.Unlock()
+	}
 	return err
 }
 
 func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	c := cb.r.get(ProtocolDelta, id)
+	if c != nil {
+		cb.r.filterDelta(c, resp)
+	}
 	resp.SystemVersionInfo = deltaContentVersion(resp)
-	if c := cb.r.get(ProtocolDelta, id); c != nil {
+	if c != nil {
 		cb.r.sent(c, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), proto.Size(resp))
 	}
 }

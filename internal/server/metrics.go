@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringxds/ringxds/internal/authz"
 )
 
 // metrics are the server-side figures a platform team graphs and alerts on.
@@ -26,6 +28,9 @@ type metrics struct {
 	clusterWaitTimeouts prometheus.Counter
 	// limitHits: refusals of clients over a limit (limits.go).
 	limitHits *prometheus.CounterVec
+	// authzRefused: resources withheld from clients not authorized to
+	// read them (authz.go).
+	authzRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -98,14 +103,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_xds_limit_hits_total",
 			Help: "Streams, requests and connections refused because a client went over a limit, by limit: streams_per_connection, names_per_stream, names_per_connection, request_rate, message_size, connection_rate, name_length, unknown_type. See /debug/clients.",
 		}, []string{"limit"}),
+		authzRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringxds_xds_authz_refused_total",
+			Help: "Resources withheld from xDS clients not authorized to read them (--authz), counted once per stream and resource, by resource type (cds, eds, lds, rds) and reason: anonymous (no verified client certificate) or not_reader (another namespace, and not among the cluster's readers). See /debug/clients.",
+		}, []string{"type", "reason"}),
 	}
 	for _, name := range limitNames {
 		m.limitHits.WithLabelValues(name)
 	}
+	for _, t := range []string{"cds", "eds", "lds", "rds"} {
+		for _, reason := range authz.RefusalReasons {
+			m.authzRefused.WithLabelValues(t, reason)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.compatibility, m.resources,
 			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading,
-			m.clusterWait, m.clusterWaitTimeouts, m.limitHits)
+			m.clusterWait, m.clusterWaitTimeouts, m.limitHits, m.authzRefused)
 	}
 	return m
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/snapshot"
@@ -43,6 +44,10 @@ type Options struct {
 	// The per-connection ones take effect on a gRPC server built with
 	// GRPCServerOptions and a listener wrapped by Listen.
 	Limits *Limits
+	// Authz, if set, limits what each client reads to the clusters the
+	// policy lets its certificate read (authz.go); nil serves every
+	// client every cluster.
+	Authz *authz.Policy
 }
 
 // Server publishes snapshots to xDS clients.
@@ -52,6 +57,8 @@ type Server struct {
 	registry *registry
 	limiter  *limiter
 	now      func() time.Time
+	// authz is nil when every client reads every cluster.
+	authz *authorizer
 
 	caches map[string]*cache.LinearCache
 	// groups lists, per type URL in resourceTypes order, each cache group of
@@ -153,6 +160,10 @@ func New(ctx context.Context, opts Options) *Server {
 	s.registry.now = now
 	s.registry.limiter = lim
 	s.registry.current = s.publishing.Load
+	if opts.Authz != nil {
+		s.authz = newAuthorizer(opts.Authz)
+		s.registry.authz = s.authz
+	}
 	go s.registry.runAssessments(ctx)
 	cpLog := cpLogger{log.Named("go-control-plane").Sugar()}
 	mux := &cache.MuxCache{Caches: make(map[string]cache.Cache)}
@@ -251,7 +262,12 @@ func (s *Server) applyLocked(state model.State) error {
 	built := s.now()
 	s.metrics.buildSeconds.Observe(built.Sub(start).Seconds())
 
-	changes, next, err := s.diff(snap)
+	var reauthorized map[string]bool
+	if s.authz != nil {
+		// Before the push: its responses are filtered with these readers.
+		reauthorized = s.authz.update(state, s.log)
+	}
+	changes, next, err := s.diff(snap, reauthorized)
 	if err != nil {
 		s.metrics.buildErrors.Inc()
 		s.log.Error("snapshot has resources that cannot be serialized; keeping the published snapshot", zap.Error(err))
@@ -293,8 +309,10 @@ type change struct {
 // diff compares snap with what the caches hold, by content version, and
 // returns the changes per cache group (in resourceTypes order) and the
 // caches' contents once they are applied. Resources the builder reused are
-// not hashed again.
-func (s *Server) diff(snap *snapshot.Snapshot) ([]change, map[string]map[string]publishedResource, error) {
+// not hashed again. The resources of the clusters in reauthorized are
+// upserted even if unchanged: who may read them changed, and an upsert is
+// what makes the caches answer the streams holding or refused them.
+func (s *Server) diff(snap *snapshot.Snapshot, reauthorized map[string]bool) ([]change, map[string]map[string]publishedResource, error) {
 	var changes []change
 	next := make(map[string]map[string]publishedResource, len(s.published))
 	var errs []error
@@ -308,6 +326,9 @@ func (s *Server) diff(snap *snapshot.Snapshot) ([]change, map[string]map[string]
 				p, had := prev[name]
 				if had && p.res == r {
 					versions[name] = p // reused by the builder: unchanged
+					if reauthorized[name] {
+						ch.upserts[name] = r
+					}
 					continue
 				}
 				v, err := snapshot.Version(r)
@@ -316,7 +337,7 @@ func (s *Server) diff(snap *snapshot.Snapshot) ([]change, map[string]map[string]
 					continue
 				}
 				versions[name] = publishedResource{res: r, version: v}
-				if !had || p.version != v {
+				if !had || p.version != v || reauthorized[name] {
 					ch.upserts[name] = r
 				}
 			}

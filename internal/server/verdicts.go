@@ -83,8 +83,9 @@ func (c *client) sameClusters(names []string) bool {
 	return n == len(c.clusters)
 }
 
-// clusterNames lists, sorted, the published clusters the client holds.
-func (c *client) clusterNames(snap *snapshot.Snapshot) []string {
+// clusterNames lists, sorted, the published clusters the client holds
+// (those it may read, under az).
+func (c *client) clusterNames(snap *snapshot.Snapshot, az *authorizer) []string {
 	published := snap.Kinds[c.status.Kind][resource.ClusterType]
 	var names []string
 	if c.cdsWildcard {
@@ -98,6 +99,10 @@ func (c *client) clusterNames(snap *snapshot.Snapshot) []string {
 				names = append(names, name)
 			}
 		}
+	}
+	if az != nil {
+		// Refused clusters were never sent: there is nothing to judge.
+		names = slices.DeleteFunc(names, func(name string) bool { return az.allow(c.identity, name) != "" })
 	}
 	slices.Sort(names)
 	return names
@@ -146,7 +151,7 @@ func (r *registry) assess(c *client) {
 	}
 	c.assessed, c.subsChanged = snap, false
 	c.assessGen++
-	gen, impl, names := c.assessGen, c.status.Implementation, c.clusterNames(snap)
+	gen, impl, names := c.assessGen, c.status.Implementation, c.clusterNames(snap, r.authz)
 	nacks := maps.Clone(c.nacks)
 	c.mu.Unlock()
 
