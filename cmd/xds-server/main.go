@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ringxds/ringxds/examples"
+	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/server"
@@ -66,6 +67,11 @@ type config struct {
 	debounce          time.Duration
 	maxConnAge        time.Duration
 	limits            server.Limits
+
+	// --authz and --authz-cluster-readers, and the policy they make.
+	authz               string
+	authzClusterReaders []string
+	authzPolicy         *authz.Policy
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -97,6 +103,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
 	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
 	addLimitFlags(fs, &c.limits)
+	addAuthzFlags(fs, &c)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: xds-server [flags]\n\nServes consistent-hash clusters to Envoy, proxyless gRPC and clientlib over xDS.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -130,7 +137,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	case c.tlsReloadInterval <= 0:
 		return c, fmt.Errorf("--tls-reload-interval %v must be positive", c.tlsReloadInterval)
 	}
-	return c, nil
+	var err error
+	c.authzPolicy, err = authzPolicy(c)
+	return c, err
 }
 
 func newLogger(level string) (*zap.Logger, error) {
@@ -180,7 +189,8 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits})
+	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits, Authz: cfg.authzPolicy})
+	logAuthz(log, cfg)
 	tlsCfg, err := newTLS(ctx, cfg, log, reg)
 	if err != nil {
 		return err
