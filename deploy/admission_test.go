@@ -101,6 +101,10 @@ var admissionCases = []admissionCase{
 	{name: "no ports", a: on(), headless: true, bad: watch.AnnotationPort},
 	{name: "hash-key pod-name", a: on(watch.AnnotationHashKey, watch.KubeHashKeyPodName)},
 	{name: "hash-key uid", a: on(watch.AnnotationHashKey, "uid"), bad: watch.AnnotationHashKey},
+	{name: "readers", a: on(watch.AnnotationReaders, "checkout, spiffe://cluster.local/ns/web/sa/frontend api.web.svc")},
+	{name: "readers empty", a: on(watch.AnnotationReaders, " , "), bad: watch.AnnotationReaders},
+	{name: "readers upper case", a: on(watch.AnnotationReaders, "checkout,Web"), bad: watch.AnnotationReaders},
+	{name: "readers bad SPIFFE ID", a: on(watch.AnnotationReaders, "spiffe:///ns/web"), bad: watch.AnnotationReaders},
 }
 
 // TestKubeAdmissionPolicy installs the admission policy on a real API server

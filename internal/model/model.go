@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
@@ -296,6 +297,9 @@ func (c *Cluster) Validate() error {
 		} else {
 			seen[hp] = i
 		}
+	}
+	if _, err := authz.ParseReaders(c.Readers); err != nil {
+		errs = append(errs, &FieldError{Field: "readers", Err: err})
 	}
 	errs = append(errs, ringKeyClashes(c.Endpoints)...)
 	return errors.Join(errs...)

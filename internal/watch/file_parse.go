@@ -295,7 +295,7 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 // The fields each mapping accepts, in documentation order (the order the
 // unknown-field error lists them in).
 func fileClusterFields() []string {
-	return []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "endpoints"}
+	return []string{"name", "lb_policy", "hash_header", "minimum_ring_size", "maximum_ring_size", "table_size", "fade_in", "readers", "endpoints"}
 }
 
 func fileFadeInFields() []string { return []string{"duration", "exponent", "capacity"} }
@@ -346,6 +346,8 @@ func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLoc
 			c.TableSize, _ = p.positive(v, field, name, math.MaxUint64)
 		case "fade_in":
 			c.FadeIn = p.fadeIn(v, field, name, &locs)
+		case "readers":
+			c.Readers = p.strings(v, field, name)
 		case "endpoints":
 			if v.Kind != yaml.SequenceNode {
 				p.errorf(v, field, name, "want a list of endpoints, got %s", fileDescribe(v))
@@ -361,6 +363,21 @@ func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLoc
 		}
 	})
 	return c, locs
+}
+
+// strings reads a list of strings.
+func (p *fileParser) strings(v *yaml.Node, field, cluster string) []string {
+	if v.Kind != yaml.SequenceNode {
+		p.errorf(v, field, cluster, "want a list of strings, got %s", fileDescribe(v))
+		return nil
+	}
+	out := make([]string, 0, len(v.Content))
+	for j, e := range v.Content {
+		if s, ok := p.str(fileResolve(e), fmt.Sprintf("%s[%d]", field, j), cluster, false); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (p *fileParser) fadeIn(n *yaml.Node, field, cluster string, locs *fileClusterLocs) *model.FadeIn {

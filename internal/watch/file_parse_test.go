@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/bits"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,5 +299,27 @@ func TestFileParseEmbeddedExample(t *testing.T) {
 		if !policies[p] {
 			t.Errorf("the example has no %s cluster", p)
 		}
+	}
+}
+
+// readers lists who may read a cluster besides its own namespace (docs/xds.md,
+// "Authorization"): namespaces, DNS names and SPIFFE IDs; anything else is
+// an error at its line.
+func TestFileParseReaders(t *testing.T) {
+	const file = "clusters:\n  - name: products.shop\n    readers: [checkout, \"spiffe://cluster.local/ns/web/sa/frontend\", api.web.svc]\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"
+	st, err := watch.ParseFile("f.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Clusters[0].Readers, []string{"checkout", "spiffe://cluster.local/ns/web/sa/frontend", "api.web.svc"}; !slices.Equal(got, want) {
+		t.Fatalf("readers = %q, want %q", got, want)
+	}
+	_, err = watch.ParseFile("f.yaml", []byte(strings.Replace(file, "checkout", "Bad_Name", 1)))
+	if errs := watch.FileErrors(err); len(errs) != 1 || errs[0].Line != 3 || errs[0].Field != "clusters[0].readers" || !strings.Contains(errs[0].Error(), "Bad_Name") {
+		t.Fatalf("errors = %v, want one at line 3 naming the bad reader", errs)
+	}
+	_, err = watch.ParseFile("f.yaml", []byte(strings.Replace(file, "readers: [checkout, \"spiffe://cluster.local/ns/web/sa/frontend\", api.web.svc]", "readers: checkout", 1)))
+	if err == nil || !strings.Contains(err.Error(), "want a list of strings") {
+		t.Fatalf("a mapping for readers: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -42,6 +43,10 @@ const (
 	// StatefulSet Pod keeps across restarts) or "pod-name" (the name of the
 	// Pod the endpoint refers to). Absent: the address.
 	AnnotationHashKey = "ringxds.io/hash-key"
+	// AnnotationReaders lists, comma- or space-separated, who may read the
+	// cluster besides its own namespace when the server authorizes readers
+	// (docs/xds.md, "Authorization"): namespaces, DNS names, SPIFFE IDs.
+	AnnotationReaders = "ringxds.io/readers"
 )
 
 // Values of AnnotationHashKey.
@@ -64,6 +69,8 @@ type kubeSettings struct {
 	// hashKey is KubeHashKeyHostname, KubeHashKeyPodName or empty (the
 	// address).
 	hashKey string
+	// readers is AnnotationReaders split into its entries.
+	readers []string
 }
 
 // kubeAnnotationError is a problem with one annotation of a Service.
@@ -148,6 +155,12 @@ func kubeParseSettings(svc *corev1.Service) (kubeSettings, []kubeAnnotationError
 			bad(AnnotationHashKey, "%q: want %q or %q", v, KubeHashKeyHostname, KubeHashKeyPodName)
 		}
 	}
+	if v, ok := a[AnnotationReaders]; ok {
+		s.readers = authz.SplitList(v)
+		if len(s.readers) == 0 {
+			bad(AnnotationReaders, "must list at least one reader")
+		}
+	}
 	if len(errs) > 0 {
 		return s, errs
 	}
@@ -178,6 +191,7 @@ func (s kubeSettings) cluster(name string, eps []model.Endpoint) model.Cluster {
 		MinRingSize: s.minRingSize,
 		MaxRingSize: s.maxRingSize,
 		TableSize:   s.tableSize,
+		Readers:     s.readers,
 		Endpoints:   eps,
 	}
 	if s.fadeIn != nil {
@@ -243,6 +257,8 @@ func kubeAnnotationFor(field string, a map[string]string) string {
 			return AnnotationTableSize
 		}
 		return AnnotationLBPolicy
+	case field == "readers":
+		return AnnotationReaders
 	case field == "fade_in.capacity":
 		return AnnotationFadeInCapacity
 	case strings.HasPrefix(field, "fade_in"):

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -478,5 +479,24 @@ func TestKubeBuildFirstEndpointsAreEstablished(t *testing.T) {
 		if !e.FirstSeen.IsZero() {
 			t.Fatalf("%s fades in from %v; a cluster's first endpoints are established", e.HostPort(), e.FirstSeen)
 		}
+	}
+}
+
+// ringxds.io/readers reaches the cluster's readers; a bad entry withdraws
+// the Service like any bad annotation, naming it.
+func TestKubeBuildReaders(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &kubeFixture{
+		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationReaders: "checkout, spiffe://cluster.local/ns/web/sa/frontend"})},
+		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.1")}},
+	}
+	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	if len(problems) != 0 || len(s.Clusters) != 1 || !reflect.DeepEqual(s.Clusters[0].Readers, []string{"checkout", "spiffe://cluster.local/ns/web/sa/frontend"}) {
+		t.Fatalf("clusters %+v, problems %+v; want the readers on the cluster", s.Clusters, problems)
+	}
+	f.svcs[0].Annotations[AnnotationReaders] = "checkout,Web"
+	s, problems, _ = kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	if len(s.Clusters) != 0 || len(problems) != 1 || problems[0].Field != AnnotationReaders || !strings.Contains(problems[0].Message, `"Web"`) {
+		t.Fatalf("clusters %+v, problems %+v; want the Service withdrawn and the reader named", s.Clusters, problems)
 	}
 }
