@@ -530,19 +530,8 @@ func RouteHashHeader(rc *routev3.RouteConfiguration, cluster string) (string, bo
 // and any other Cluster with them moves keys between old endpoints for a
 // moment. Assignments without that list (no fade-in layout) always pair.
 func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) bool {
-	var pairs *structpb.ListValue
-	for _, loc := range cla.GetEndpoints() {
-		for _, lb := range loc.GetLbEndpoints() {
-			if l := lb.GetMetadata().GetFilterMetadata()[MetadataRingxds].GetFields()[MetadataRingSizes].GetListValue(); l != nil {
-				pairs = l
-				break
-			}
-		}
-		if pairs != nil {
-			break
-		}
-	}
-	if pairs == nil {
+	pairs, legacy := claRingSizes(cla)
+	if pairs == nil && legacy == 0 {
 		return true
 	}
 	minSize, maxSize, ok, err := publishedRingSizes(cds)
@@ -551,6 +540,10 @@ func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignmen
 		return false
 	case !ok:
 		return true // no ring_hash: the weights build no ring
+	case pairs == nil:
+		// A server from before ring_sizes published minimum = maximum =
+		// ring_size, and its weights build their ring under that alone.
+		return minSize == legacy && maxSize == legacy
 	}
 	for _, p := range pairs.GetValues() {
 		v := p.GetListValue().GetValues()
@@ -559,6 +552,25 @@ func PairConsistent(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignmen
 		}
 	}
 	return false
+}
+
+// claRingSizes reads the ring sizes a laid-out CLA's weights build their
+// ring under: the ring_sizes pairs, or an older server's single
+// ring_size (legacyRingSize), whichever the first endpoint carrying one
+// has.
+func claRingSizes(cla *endpointv3.ClusterLoadAssignment) (pairs *structpb.ListValue, legacy uint64) {
+	for _, loc := range cla.GetEndpoints() {
+		for _, lb := range loc.GetLbEndpoints() {
+			fields := lb.GetMetadata().GetFilterMetadata()[MetadataRingxds].GetFields()
+			if l := fields[MetadataRingSizes].GetListValue(); l != nil {
+				return l, 0
+			}
+			if n := fields[legacyRingSize].GetNumberValue(); n >= 1 {
+				return nil, uint64(n)
+			}
+		}
+	}
+	return nil, 0
 }
 
 // publishedRingSizes reads the ring sizes of a Cluster's ring_hash policy:

@@ -17,6 +17,7 @@ import (
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -462,5 +463,32 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := Decode(cds, cla, KindGRPC); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A CLA from a server before ring_sizes carries ring_size only, with the
+// Cluster at minimum = maximum = ring_size; a neighbouring step's Cluster
+// must not pair with it (the new client library used to accept any).
+func TestPairConsistentReadsAnOlderServersRingSize(t *testing.T) {
+	cla := &endpointv3.ClusterLoadAssignment{Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+		Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			MetadataRingxds: {Fields: map[string]*structpb.Value{legacyRingSize: structpb.NewNumberValue(2563)}},
+		}},
+	}}}}}
+	sized := func(minSize, maxSize uint64) *clusterv3.Cluster {
+		cfg, err := anypb.New(&ringhashv3.RingHash{HashFunction: ringhashv3.RingHash_XX_HASH,
+			MinimumRingSize: wrapperspb.UInt64(minSize), MaximumRingSize: wrapperspb.UInt64(maxSize)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &clusterv3.Cluster{LoadBalancingPolicy: &clusterv3.LoadBalancingPolicy{Policies: []*clusterv3.LoadBalancingPolicy_Policy{{
+			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: PolicyNameRingHash, TypedConfig: cfg},
+		}}}}
+	}
+	if !PairConsistent(sized(2563, 2563), cla) {
+		t.Error("the step's own Cluster does not pair")
+	}
+	if PairConsistent(sized(2571, 2571), cla) {
+		t.Error("the next step's Cluster pairs with an older server's weights")
 	}
 }

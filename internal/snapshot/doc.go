@@ -49,8 +49,10 @@
 //     "fade_duration" and "fade_exponent", so clients and replicas compute
 //     the same share without extra pushes; and, in clusters laid out for
 //     fade-in, "ring_entries", the endpoint's final entry count, and
-//     "ring_size", the ring size of the step these weights belong to
-//     (see PairConsistent and docs/fade-in.md).
+//     "ring_sizes", the [minimum, maximum] ring sizes under which these
+//     weights build their step's planned ring: the step's own and, where
+//     exact, a neighbouring step's (see PairConsistent and
+//     docs/fade-in.md). Servers before it published "ring_size" alone.
 //
 // # Decoding
 //

@@ -34,6 +34,10 @@ const (
 	// messages; this lets a client tell whether the Cluster it holds and
 	// these weights build the planned ring (see PairConsistent).
 	MetadataRingSizes = "ring_sizes"
+
+	// legacyRingSize is what servers before ring_sizes published: the one
+	// ring size, as both minimum and maximum, of the step's weights.
+	legacyRingSize = "ring_size"
 )
 
 // fadeEndpoint is what fade-in decides for one endpoint.

@@ -155,3 +155,38 @@ func TestLongFadeIsScheduledInTiles(t *testing.T) {
 		t.Fatalf("%d CDS changes over a 10 min fade in three tiles, want a few", cds)
 	}
 }
+
+// A rolling restart with the default 30 s fade (one pod every 10 s, 40
+// pods) chains fades over 420 steps, beyond one schedule tile: every step
+// builds without error (it used to fail from step 230 and panic at 256).
+func TestLongRollingRestartBuildsEveryStep(t *testing.T) {
+	c := model.Cluster{Name: "c", Policy: model.PolicyRingHash, MinRingSize: 1024, MaxRingSize: 4096,
+		FadeIn: &model.FadeIn{Duration: 30 * time.Second, Exponent: 2.5, Capacity: 100}}
+	for i := range 60 {
+		ep := model.Endpoint{Address: fmt.Sprintf("10.0.0.%d", i+1), Port: 80, Weight: 1}
+		c.Endpoints = append(c.Endpoints, ep)
+	}
+	b := NewBuilder()
+	errs := 0
+	for s := 0; s < 420; s++ {
+		now := epoch.Add(time.Duration(s)*time.Second + 500*time.Millisecond)
+		if s%10 == 0 && s/10 < 40 {
+			c.Endpoints = append(c.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.0.1.%d", s/10+1), Port: 80, Weight: 1, FirstSeen: now.Add(-200 * time.Millisecond)})
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("step %d: Build panicked: %v", s, r)
+				}
+			}()
+			if _, err := b.Build(state(t, c), now); err != nil {
+				errs++
+				if errs < 4 || s%50 == 0 {
+					t.Errorf("step %d: Build: %v", s, err)
+				}
+			}
+		}()
+	}
+	t.Logf("%d failed builds", errs)
+}
+
