@@ -162,7 +162,10 @@ func DecodeAs(cds *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment, d D
 		return nil, fmt.Errorf("cluster %q: %w: %w", cds.GetName(), ErrUndecodable, ErrNoEndpoints)
 	}
 	if out.Ring, err = buildRing(pol, d, out.Endpoints, members); err != nil {
-		return nil, fmt.Errorf("cluster %q: %s ring: %w", cds.GetName(), pol.name, err)
+		// The ring builders refuse what the data plane refuses (duplicate
+		// keys, zero or overflowing weights, sizes out of range): these
+		// resources describe no ring either.
+		return nil, fmt.Errorf("cluster %q: %w: %s ring: %w", cds.GetName(), ErrUndecodable, pol.name, err)
 	}
 	return out, nil
 }
