@@ -218,7 +218,7 @@ func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ..
 	p.add(fe)
 }
 
-func (p *fileParser) syntaxError(err error) {
+func (p *fileParser) syntaxError(err error, data []byte) {
 	fe := &FileError{Path: p.path, Err: fmt.Errorf("invalid YAML: %w", err)}
 	// yaml/v3 reports syntax errors only as text: "yaml: line N: problem".
 	rest, ok := strings.CutPrefix(err.Error(), "yaml: line ")
@@ -231,6 +231,10 @@ func (p *fileParser) syntaxError(err error) {
 		if fileYAMLParserProblem(problem) {
 			fe.Line++
 		}
+		// A file that ends without a newline ends, for yaml/v3, on the
+		// line after its last; a problem found there (a mapping or list
+		// left open) is at the end of the last line.
+		fe.Line = min(fe.Line, bytes.Count(data, []byte("\n"))+1)
 		fe.Err = fmt.Errorf("invalid YAML: %s", problem)
 	}
 	p.add(fe)
@@ -243,7 +247,7 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 		if errors.Is(err, io.EOF) {
 			p.errorf(nil, "", "", "the file is empty; want a top-level \"clusters\" list")
 		} else {
-			p.syntaxError(err)
+			p.syntaxError(err, data)
 		}
 		return model.State{}, nil
 	}
@@ -252,7 +256,7 @@ func (p *fileParser) parse(data []byte) (model.State, []fileClusterLocs) {
 		p.errorf(&extra, "", "", "a second YAML document starts here; the file must hold exactly one")
 		return model.State{}, nil
 	} else if !errors.Is(err, io.EOF) {
-		p.syntaxError(err)
+		p.syntaxError(err, data)
 		return model.State{}, nil
 	}
 	if len(doc.Content) == 0 {
