@@ -9,8 +9,22 @@ PKGS      := ./...
 KUBE_VERSION ?= v1.37.2
 STATICCHECK_VERSION ?= v0.8.2
 TESTBIN   := $(CURDIR)/.testbin
+# The fuzz targets (docs/fuzzing.md), as Name:package: go test -fuzz takes
+# one target of one package per run.
+FUZZ_TARGETS := \
+	FuzzParseFile:./internal/watch \
+	FuzzKubeAnnotations:./internal/watch \
+	FuzzKubeEndpoints:./internal/watch \
+	FuzzDebugQuery:./internal/debug \
+	FuzzDecode:./clientlib \
+	FuzzRings:./internal/ringhash
+# How long `make fuzz` runs each target, one after another, and how long
+# `make test` does (fuzz-short). FUZZFLAGS adds flags, e.g. -parallel 1.
+FUZZTIME       ?= 5m
+FUZZTIME_SHORT ?= 3s
+FUZZFLAGS      ?=
 
-.PHONY: all build run demo demo-node test test-unit test-k8s testbin browser node-clients py-clients bench bench-scale lint clean
+.PHONY: all build run demo demo-node test test-unit test-k8s testbin browser node-clients py-clients bench bench-scale lint fuzz fuzz-short fuzz-run clean
 
 all: build
 
@@ -31,7 +45,7 @@ demo-node: node-clients
 
 ## test: the whole suite (unit, end-to-end with real grpc-go, grpc-js and
 ## C-core clients, Kubernetes against a real API server).
-test: testbin browser node-clients py-clients lint
+test: testbin browser node-clients py-clients lint fuzz-short
 	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 RINGXDS_REQUIRE_BROWSER=1 \
 	  RINGXDS_NODE_MODULES=$(TESTBIN)/node_modules RINGXDS_REQUIRE_NODE=1 RINGXDS_REQUIRE_PYGRPC=1 \
 	  $(GO) test -race -count=1 -timeout 30m $(PKGS)
@@ -79,6 +93,24 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## fuzz: every fuzz target for FUZZTIME (5m) each, one after another. New
+## crashers land in the package's testdata/fuzz/<Target>/ and fail `go test`
+## from then on, until fixed.
+fuzz:
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_FOR=$(FUZZTIME)
+
+## fuzz-short: every fuzz target for a few seconds, on top of its checked-in
+## seed corpus (which plain `go test` runs too); part of `make test`.
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_FOR=$(FUZZTIME_SHORT)
+
+fuzz-run:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  name=$${t%%:*}; pkg=$${t#*:}; \
+	  echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZ_FOR) $(FUZZFLAGS) $$pkg"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_FOR) $(FUZZFLAGS) $$pkg; \
+	done
 
 ## bench-scale: the control plane scale matrix (spawns xds-server on loopback,
 ## about 8 minutes) and rewrites "## Control plane scale" in docs/benchmarks.md.
