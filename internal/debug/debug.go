@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -213,6 +214,11 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(key) > maxKeyBytes:
 		writeError(w, http.StatusBadRequest, "key longer than "+strconv.Itoa(maxKeyBytes)+" bytes")
+		return
+	case !utf8.ValidString(key):
+		// The answer is JSON, which would show another key than the one
+		// hashed (each invalid byte as U+FFFD).
+		writeError(w, http.StatusBadRequest, "key is not valid UTF-8")
 		return
 	}
 	impl, err := implementationParam(r, dataplane.Clientlib)
