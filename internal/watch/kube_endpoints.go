@@ -137,6 +137,13 @@ func kubeReadEndpoint(tmpl kubeEndpoint, i int, e discoveryv1.Endpoint, family d
 		report(ep.object, ep.field+".addresses", "%q is not an %s address; the endpoint is skipped", e.Addresses[0], family)
 		return ep, false
 	}
+	if addr.Is4In6() {
+		// The API server refuses these in IPv6 slices; a slice that
+		// bypassed it would put the pod on the ring under a second key,
+		// which the file source refuses too.
+		report(ep.object, ep.field+".addresses", "%q is an IPv4-mapped IPv6 address; the endpoint is skipped", e.Addresses[0])
+		return ep, false
+	}
 	ep.ep.Address = addr.String()
 	ep.ep.Zone = kubePtrOr(e.Zone, "")
 	ep.ep.HashKey = kubeHashKey(e, hashKey)
