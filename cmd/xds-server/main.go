@@ -168,6 +168,107 @@ func (l *listeners) close() {
 }
 
 // run starts the server and blocks until ctx is done or a component fails.
+// openListeners binds what lis does not already hold, refusing a debug
+// address off loopback unless --debug-remote says so.
+func openListeners(cfg config, lis *listeners) (*listeners, error) {
+	if lis == nil {
+		lis = &listeners{}
+	}
+	var err error
+	if lis.xds == nil {
+		if lis.xds, err = net.Listen("tcp", cfg.xdsAddr); err != nil {
+			return nil, fmt.Errorf("listen --xds-addr: %w", err)
+		}
+	}
+	if lis.debug == nil {
+		// Refuse what is plainly not loopback before binding it at all.
+		if host, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && !cfg.debugRemote {
+			if ip := net.ParseIP(host); host == "" || ip != nil && !ip.IsLoopback() {
+				_ = lis.xds.Close()
+				return nil, debugAddrError(cfg.debugAddr)
+			}
+		}
+		if lis.debug, err = net.Listen("tcp", cfg.debugAddr); err != nil {
+			_ = lis.xds.Close()
+			return nil, fmt.Errorf("listen --debug-addr: %w", err)
+		}
+	}
+	if lis.metrics == nil && cfg.metricsAddr != "" {
+		if lis.metrics, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			_ = lis.xds.Close()
+			_ = lis.debug.Close()
+			return nil, fmt.Errorf("listen --metrics-addr: %w", err)
+		}
+	}
+	if !isLoopback(lis.debug.Addr()) && !cfg.debugRemote {
+		lis.close()
+		return nil, debugAddrError(lis.debug.Addr().String())
+	}
+	return lis, nil
+}
+
+func tlsModeOf(cfg config) string {
+	switch {
+	case cfg.tlsClientCA != "":
+		return "mTLS"
+	case cfg.tlsCert != "":
+		return "TLS"
+	}
+	return "plaintext"
+}
+
+// warnExposure logs what the listeners expose to whoever reaches them.
+func warnExposure(log *zap.Logger, cfg config, lis *listeners, tlsMode string) {
+	if tlsMode == "plaintext" && !isLoopback(lis.xds.Addr()) {
+		log.Warn("xDS is served in plaintext on a non-loopback address; anyone who can reach it can read the topology and impersonate the control plane: pass --tls-cert/--tls-key (and --tls-client-ca for mTLS)",
+			zap.String("addr", lis.xds.Addr().String()))
+	}
+	if cfg.debugRemote && !isLoopback(lis.debug.Addr()) {
+		log.Warn("the debug listener is not on loopback (--debug-remote): the debug page, /debug/* and pprof answer anyone who reaches it and sends an admitted Host header",
+			zap.String("addr", lis.debug.Addr().String()))
+	}
+}
+
+// httpServersFor serves the Host-checked debug handler on the debug
+// listener and, when there is one, probes and /metrics on the metrics
+// listener; it returns the servers and their listeners in that order.
+func httpServersFor(cfg config, lis *listeners, dbg *debug.Handler, log *zap.Logger) ([]*http.Server, []net.Listener, error) {
+	hosts := cfg.debugHosts
+	if h, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h) // the name --debug-addr was given as
+	}
+	guarded, err := debug.CheckHost(dbg, debug.HostOptions{Allowed: hosts, Logger: log.Named("debug")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--debug-allowed-hosts: %w", err)
+	}
+	newHTTP := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
+	}
+	servers := []*http.Server{newHTTP(guarded)}
+	listeners := []net.Listener{lis.debug}
+	if lis.metrics != nil {
+		servers = append(servers, newHTTP(dbg.Probes()))
+		listeners = append(listeners, lis.metrics)
+	}
+	return servers, listeners, nil
+}
+
+// printBanner tells the user where everything is.
+func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tlsMode string) {
+	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
+	fmt.Fprintf(out, "  xDS (ADS, SotW + delta): %s (%s)\n", lis.xds.Addr(), tlsMode)
+	fmt.Fprintf(out, "  debug page:              http://%s/\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
+	fmt.Fprintf(out, "  connected clients:       http://%s/debug/clients\n", lis.debug.Addr())
+	metricsAddr := lis.debug.Addr()
+	if lis.metrics != nil {
+		metricsAddr = lis.metrics.Addr()
+	}
+	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", metricsAddr)
+	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
+		zap.Stringer("metrics_addr", metricsAddr), zap.String("source", cfg.source), zap.String("tls", tlsMode))
+}
+
 func run(ctx context.Context, args []string, out io.Writer, lis *listeners) error {
 	cfg, err := parseFlags(args, out)
 	if err != nil {
@@ -204,72 +305,15 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}
 	xds.Register(grpcServer)
 
-	if lis == nil {
-		lis = &listeners{}
+	if lis, err = openListeners(cfg, lis); err != nil {
+		return err
 	}
-	if lis.xds == nil {
-		if lis.xds, err = net.Listen("tcp", cfg.xdsAddr); err != nil {
-			return fmt.Errorf("listen --xds-addr: %w", err)
-		}
-	}
-	if lis.debug == nil {
-		// Refuse what is plainly not loopback before binding it at all.
-		if host, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && !cfg.debugRemote {
-			if ip := net.ParseIP(host); host == "" || ip != nil && !ip.IsLoopback() {
-				_ = lis.xds.Close()
-				return debugAddrError(cfg.debugAddr)
-			}
-		}
-		if lis.debug, err = net.Listen("tcp", cfg.debugAddr); err != nil {
-			_ = lis.xds.Close()
-			return fmt.Errorf("listen --debug-addr: %w", err)
-		}
-	}
-	if lis.metrics == nil && cfg.metricsAddr != "" {
-		if lis.metrics, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
-			_ = lis.xds.Close()
-			_ = lis.debug.Close()
-			return fmt.Errorf("listen --metrics-addr: %w", err)
-		}
-	}
-	if !isLoopback(lis.debug.Addr()) && !cfg.debugRemote {
-		lis.close()
-		return debugAddrError(lis.debug.Addr().String())
-	}
-	tlsMode := "plaintext"
-	switch {
-	case cfg.tlsClientCA != "":
-		tlsMode = "mTLS"
-	case cfg.tlsCert != "":
-		tlsMode = "TLS"
-	}
-	if tlsMode == "plaintext" && !isLoopback(lis.xds.Addr()) {
-		log.Warn("xDS is served in plaintext on a non-loopback address; anyone who can reach it can read the topology and impersonate the control plane: pass --tls-cert/--tls-key (and --tls-client-ca for mTLS)",
-			zap.String("addr", lis.xds.Addr().String()))
-	}
-
-	if cfg.debugRemote && !isLoopback(lis.debug.Addr()) {
-		log.Warn("the debug listener is not on loopback (--debug-remote): the debug page, /debug/* and pprof answer anyone who reaches it and sends an admitted Host header",
-			zap.String("addr", lis.debug.Addr().String()))
-	}
-	dbg := debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")})
-	hosts := cfg.debugHosts
-	if h, _, err := net.SplitHostPort(cfg.debugAddr); err == nil && h != "" && net.ParseIP(h) == nil {
-		hosts = append(hosts, h) // the name --debug-addr was given as
-	}
-	guarded, err := debug.CheckHost(dbg, debug.HostOptions{Allowed: hosts, Logger: log.Named("debug")})
+	tlsMode := tlsModeOf(cfg)
+	warnExposure(log, cfg, lis, tlsMode)
+	httpServers, httpListeners, err := httpServersFor(cfg, lis, debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")}), log)
 	if err != nil {
 		lis.close()
-		return fmt.Errorf("--debug-allowed-hosts: %w", err)
-	}
-	newHTTP := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute}
-	}
-	httpServers := []*http.Server{newHTTP(guarded)}
-	httpListeners := []net.Listener{lis.debug}
-	if lis.metrics != nil {
-		httpServers = append(httpServers, newHTTP(dbg.Probes()))
-		httpListeners = append(httpListeners, lis.metrics)
+		return err
 	}
 
 	errc := make(chan error, 2+len(httpServers))
@@ -301,18 +345,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 		}))
 	}()
 
-	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
-	fmt.Fprintf(out, "  xDS (ADS, SotW + delta): %s (%s)\n", lis.xds.Addr(), tlsMode)
-	fmt.Fprintf(out, "  debug page:              http://%s/\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  connected clients:       http://%s/debug/clients\n", lis.debug.Addr())
-	metricsAddr := lis.debug.Addr()
-	if lis.metrics != nil {
-		metricsAddr = lis.metrics.Addr()
-	}
-	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", metricsAddr)
-	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
-		zap.Stringer("metrics_addr", metricsAddr), zap.String("source", cfg.source), zap.String("tls", tlsMode))
+	printBanner(out, log, cfg, lis, tlsMode)
 
 	var runErr error
 	select {
