@@ -49,15 +49,7 @@ func (m FadeMetrics) String() string {
 func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics {
 	t.Helper()
 	backends := StartBackends(t, old+add)
-	yaml := func(n int) string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: %s, exponent: 2.5}\n    endpoints:\n", fade)
-		for i, be := range backends[:n] {
-			host, port, _ := strings.Cut(be.Addr, ":")
-			fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%03d}\n", host, port, i)
-		}
-		return b.String()
-	}
+	yaml := func(n int) string { return batchFadeYAML(backends[:n], fade) }
 	cp := Start(t, TempFile(t, yaml(old)))
 	client := testgrpc.NewTestServiceClient(DialXDS(t, cp.XDSAddr, "products"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*fade+60*time.Second)
@@ -66,34 +58,7 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics
 	for i := range names {
 		names[i] = fmt.Sprintf("product-%d", i)
 	}
-	sweep := func() []string {
-		out := make([]string, keys)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var firstErr error
-		const workers = 16
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := w; i < keys; i += workers {
-					be, err := Call(ctx, client, "x-product-id", names[i])
-					if err != nil {
-						mu.Lock()
-						firstErr = fmt.Errorf("RPC for %s: %w", names[i], err)
-						mu.Unlock()
-						return
-					}
-					out[i] = be
-				}
-			}()
-		}
-		wg.Wait()
-		if firstErr != nil {
-			t.Fatal(firstErr)
-		}
-		return out
-	}
+	sweep := func() []string { return sweepKeys(ctx, t, client, names) }
 	// agreed sweeps until every key goes where /debug/pick says the
 	// published ring sends it, outside any fade.
 	agreed := func(when string) []string {
@@ -200,4 +165,47 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics
 		t.Fatal("no key moved to a new backend")
 	}
 	return m
+}
+
+// batchFadeYAML is the products cluster of BatchFade over backends, each
+// with a fixed hash key so that ports drawn at random do not move keys.
+func batchFadeYAML(backends []*Backend, fade time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "clusters:\n  - name: products\n    lb_policy: ring_hash\n    hash_header: x-product-id\n    fade_in: {duration: %s, exponent: 2.5}\n    endpoints:\n", fade)
+	for i, be := range backends {
+		host, port, _ := strings.Cut(be.Addr, ":")
+		fmt.Fprintf(&b, "      - {address: %s, port: %s, hash_key: backend-%03d}\n", host, port, i)
+	}
+	return b.String()
+}
+
+// sweepKeys routes every key once through client, 16 at a time, and
+// returns the backend each reached.
+func sweepKeys(ctx context.Context, t *testing.T, client testgrpc.TestServiceClient, names []string) []string {
+	out := make([]string, len(names))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	const workers = 16
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(names); i += workers {
+				be, err := Call(ctx, client, "x-product-id", names[i])
+				if err != nil {
+					mu.Lock()
+					firstErr = fmt.Errorf("RPC for %s: %w", names[i], err)
+					mu.Unlock()
+					return
+				}
+				out[i] = be
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	return out
 }
