@@ -189,4 +189,3 @@ func TestLongRollingRestartBuildsEveryStep(t *testing.T) {
 	}
 	t.Logf("%d failed builds", errs)
 }
-
