@@ -98,6 +98,12 @@ type Endpoint struct {
 	FirstSeen time.Time
 }
 
+// RingKey is the string the endpoint is hashed under on a ring_hash ring
+// and its identity across versions: its HashKey if set, else HostPort.
+// Envoy and grpc-go derive the same from the published metadata and
+// address, and Validate keeps it unique within a cluster.
+func (e Endpoint) RingKey() string { return cmp.Or(e.HashKey, e.HostPort()) }
+
 // HostPort is the endpoint's "host:port" with IPv6 bracketed, which is
 // both the Envoy ring key and the identity used in picks.
 func (e Endpoint) HostPort() string {
@@ -315,7 +321,7 @@ func ringKeyClashes(eps []Endpoint) []error {
 	var errs []error
 	owner := make(map[string]int, len(eps))
 	for i, ep := range eps {
-		key := cmp.Or(ep.HashKey, ep.HostPort())
+		key := ep.RingKey()
 		j, dup := owner[key]
 		switch {
 		case !dup:

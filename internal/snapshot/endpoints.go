@@ -35,15 +35,9 @@ const (
 	MetadataClusterVersion = "cluster_version"
 )
 
-// RingKey is the string an endpoint is hashed under on a ring_hash ring:
-// its HashKey if set, else "host:port" (IPv6 bracketed). Envoy and grpc-go
-// both derive it this way from the published metadata and address.
-func RingKey(ep *model.Endpoint) string {
-	if ep.HashKey != "" {
-		return ep.HashKey
-	}
-	return ep.HostPort()
-}
+// RingKey is the string an endpoint is hashed under on a ring_hash ring
+// (model.Endpoint.RingKey).
+func RingKey(ep *model.Endpoint) string { return ep.RingKey() }
 
 // buildLoadAssignment translates a cluster's endpoints into the one
 // ClusterLoadAssignment every kind is served. fade, when not nil, supplies

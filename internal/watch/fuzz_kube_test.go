@@ -330,7 +330,7 @@ func checkKubeEndpoints(t *testing.T, slices []*discoveryv1.EndpointSlice, eps [
 			t.Fatalf("endpoint %s twice", e.ep.HostPort())
 		}
 		hostPorts[e.ep.HostPort()] = true
-		key := kubeIdentity(e.ep)
+		key := e.ep.RingKey()
 		if ringKeys[key] {
 			t.Fatalf("ring key %q twice", key)
 		}

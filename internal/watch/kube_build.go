@@ -36,7 +36,8 @@ type kubeProblem struct {
 // alike: a memory of its last valid settings would not survive a restart,
 // and a replica started during the mistake would serve something else.
 type kubeBuilder struct {
-	// joined maps cluster name -> endpoint identity (kubeIdentity) -> the
+	// joined maps cluster name -> endpoint identity (its ring key: with a
+	// hash key, a Pod restarted under a new IP keeps it) -> the
 	// endpoint as the last build emitted it, FirstSeen holding the time it
 	// joined (zero: established). A cluster present here has been served
 	// before.
@@ -152,7 +153,7 @@ func (b *kubeBuilder) cluster(svc *corev1.Service, settings kubeSettings, portNa
 	c.ApplyDefaults()
 	known := b.joined[name]
 	for _, ep := range c.Endpoints {
-		known[kubeIdentity(ep)] = ep
+		known[ep.RingKey()] = ep
 	}
 	return c, fadesEnd
 }
@@ -195,7 +196,7 @@ func (b *kubeBuilder) fadeIn(c *model.Cluster, hashKey string, eps []kubeEndpoin
 	}
 	for i := range eps {
 		e := &eps[i]
-		id := kubeIdentity(e.ep)
+		id := e.ep.RingKey()
 		present[id] = true
 		prev, seen := known[id]
 		first := prev.FirstSeen
@@ -278,17 +279,6 @@ func kubeServiceSettings(svc *corev1.Service, report func(kind, object, field, f
 		report("annotation", key, e.annotation, "%s; the Service is not served until this is fixed", e.msg)
 	}
 	return settings, portName, len(errs) == 0
-}
-
-// kubeIdentity is what makes an endpoint the same one from build to build,
-// for fade-in: its ring key. With a hash key set, a Pod restarted under a
-// new IP keeps its identity as it keeps its ring positions, and neither
-// leaves nor fades in again.
-func kubeIdentity(ep model.Endpoint) string {
-	if ep.HashKey != "" {
-		return "key " + ep.HashKey
-	}
-	return ep.HostPort()
 }
 
 // sortDepartures puts departures in the order every replica and version
