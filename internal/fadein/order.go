@@ -111,8 +111,26 @@ const gradualWait = 2 * StepInterval
 // bring in at one step to keep every entry in gap order.
 const exactJumpLimit = 2
 
+// PlanRampSteps is PlanRamp at each of steps, in ascending order. A run of
+// steps with no start or departure between them sees the same events, so
+// the chain is replayed once for the run rather than once per step: the
+// way to plan every step of a fade.
+func PlanRampSteps(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, steps []time.Time) ([]RampPlan, error) {
+	return planRampSteps(eps, curve, hash, maxRing, steps, exactJumpLimit)
+}
+
 // planRamp is PlanRamp with the limit as a parameter; the fade-in
 // simulation also runs it with no limit, to show what exact order costs.
+func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
+	plans, err := planRampSteps(eps, curve, hash, maxRing, []time.Time{step}, jumpLimit)
+	if err != nil {
+		return RampPlan{}, err
+	}
+	return plans[0], nil
+}
+
+// planRampSteps plans each step, replaying the chain once per run of steps
+// that sameEvents groups together.
 //
 // The replay breaks ties by position, so it runs on the endpoints in one
 // canonical order, by key, start and departure: the walk order for the
@@ -120,40 +138,88 @@ const exactJumpLimit = 2
 // that lists a departed endpoint elsewhere (after the others, say) must
 // not get another plan than while it was there, or the plan before its
 // departure, already published, would change.
-func planRamp(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
+func planRampSteps(eps []RampEndpoint, curve Curve, hash ringhash.HashFunction, maxRing uint64, steps []time.Time, jumpLimit float64) ([]RampPlan, error) {
+	canonical, perm, first := canonicalOrder(eps)
+	out := make([]RampPlan, len(steps))
+	var rp *chainReplay
+	for n, step := range steps {
+		step = StepTime(step)
+		if rp == nil || !sameEvents(canonical, rp.step, step) {
+			var err error
+			if rp, err = replayCanonical(canonical, first, curve, hash, maxRing, step, jumpLimit); err != nil {
+				return nil, err
+			}
+		}
+		plan := rp.planAt(step)
+		out[n] = RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps)), Next: plan.Next, Gradual: plan.Gradual}
+		for k, i := range perm {
+			out[n].Counts[i], out[n].Fading[i] = plan.Counts[k], plan.Fading[k]
+		}
+	}
+	return out, nil
+}
+
+// canonicalOrder sorts eps by key, start and departure; perm[k] is the
+// input index of canonical[k], and first the canonical index of the walk's
+// first endpoint that is not gone (-1 for none).
+func canonicalOrder(eps []RampEndpoint) (canonical []RampEndpoint, perm []int, first int) {
 	walkFirst := slices.IndexFunc(eps, func(ep RampEndpoint) bool { return ep.Gone.IsZero() })
-	perm := make([]int, len(eps))
+	perm = make([]int, len(eps))
 	for i := range perm {
 		perm[i] = i
 	}
 	slices.SortStableFunc(perm, func(a, b int) int {
 		return cmp.Or(strings.Compare(eps[a].Key, eps[b].Key), eps[a].Start.Compare(eps[b].Start), eps[a].Gone.Compare(eps[b].Gone))
 	})
-	canonical := make([]RampEndpoint, len(eps))
-	first := -1
+	canonical = make([]RampEndpoint, len(eps))
+	first = -1
 	for k, i := range perm {
 		canonical[k] = eps[i]
 		if i == walkFirst {
 			first = k
 		}
 	}
-	plan, err := planCanonical(canonical, first, curve, hash, maxRing, step, jumpLimit)
-	if err != nil {
-		return RampPlan{}, err
-	}
-	out := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps)), Next: plan.Next, Gradual: plan.Gradual}
-	for k, i := range perm {
-		out.Counts[i], out.Fading[i] = plan.Counts[k], plan.Fading[k]
-	}
-	return out, nil
+	return canonical, perm, first
 }
 
-// planCanonical plans eps in canonical order; first is the walk's first
-// endpoint (-1 for none), which must hold an entry.
-func planCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (RampPlan, error) {
-	step = StepTime(step)
-	stepAt := step.UnixNano()
-	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps))}
+// sameEvents reports whether a replay at step from serves step to (no
+// earlier): no endpoint starts or leaves in between, and none is stamped
+// to leave after from, since the replay counts such a departure from the
+// step it runs at.
+func sameEvents(eps []RampEndpoint, from, to time.Time) bool {
+	if to.Before(from) {
+		return false
+	}
+	for _, ep := range eps {
+		if !ep.Start.IsZero() {
+			if s := StepTime(ep.Start); s.After(from) && !s.After(to) {
+				return false
+			}
+		}
+		if !ep.Gone.IsZero() && StepTime(ep.Gone).After(from) {
+			return false
+		}
+	}
+	return true
+}
+
+// chainReplay is the schedule of the current fade chain's entries as
+// replayed at step: it holds for every step up to the next start or
+// departure (sameEvents).
+type chainReplay struct {
+	eps   []RampEndpoint
+	first int
+	curve Curve
+	step  time.Time
+	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
+	// is in the ring, for the endpoints of the fade chain.
+	appear  [][]int64
+	gradual int
+}
+
+// replayCanonical replays the chain of eps, in canonical order with first
+// the walk's first endpoint (-1 for none), as it stands at step.
+func replayCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.HashFunction, maxRing uint64, step time.Time, jumpLimit float64) (*chainReplay, error) {
 	var total uint64
 	for _, ep := range eps {
 		if !ep.Gone.IsZero() {
@@ -161,35 +227,27 @@ func planCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.Has
 		}
 		total += ep.Final
 		if total > ringhash.MaxRingSizeLimit {
-			return RampPlan{}, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
+			return nil, fmt.Errorf("%w: %d entries exceed the ring size limit %d", ErrLayout, total, uint64(ringhash.MaxRingSizeLimit))
 		}
 	}
-
-	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
-	// is in the ring, for the endpoints of the current fade chain. An
-	// endpoint whose start is still ahead (a clock ahead of ours) holds
+	// An endpoint whose start is still ahead (a clock ahead of ours) holds
 	// only entry 0 and joins the chain when it starts.
 	started := func(ep RampEndpoint) bool { return !StepTime(ep.Start).After(step) }
 	inChain := fadeChain(eps, curve, started)
-	appear := make([][]int64, len(eps))
-	members := 0
+	rp := &chainReplay{eps: eps, first: first, curve: curve, step: step, appear: make([][]int64, len(eps))}
+	members, fading := 0, false
 	for i, ep := range eps {
 		if inChain[i] {
-			appear[i] = curveSteps(ep.Final, ep.Start, curve)
+			rp.appear[i] = curveSteps(ep.Final, ep.Start, curve)
 			members++
 		}
-		if !ep.Gone.IsZero() {
-			continue
-		}
-		plan.Fading[i] = !ep.Start.IsZero() && ep.Final > 0 && curve.Share(step.Sub(ep.Start)) < 1
-		if !plan.Fading[i] {
-			plan.Counts[i] = ep.Final
-		}
+		fading = fading || ep.Gone.IsZero() && rp.fadingAt(ep, step)
 	}
+	var stats RampPlan
 	switch {
-	case !slices.Contains(plan.Fading, true):
-		// A chain whose fades are all over is whole: nothing to replay.
-		return plan, nil
+	case !fading:
+		// A chain whose fades are all over is whole, and stays so at
+		// every later step: nothing to replay.
 	case members == 1:
 		// One endpoint alone: its curve is the plan.
 	case maxRing > orderedRingLimit:
@@ -197,18 +255,40 @@ func planCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.Has
 		// rings may grow past this size is not ordered, at any size, so
 		// the choice never changes mid-fade: each endpoint follows its
 		// own curve.
-		plan.Gradual++
+		stats.Gradual++
 	default:
-		replayChain(eps, appear, curve, hash, started, step, jumpLimit, &plan)
+		replayChain(eps, rp.appear, curve, hash, started, step, jumpLimit, &stats)
 	}
-	if first >= 0 && appear[first] != nil {
-		appear[first][0] = always
+	if first >= 0 && rp.appear[first] != nil {
+		rp.appear[first][0] = always
+	}
+	rp.gradual = stats.Gradual
+	return rp, nil
+}
+
+// fadingAt reports whether ep, in EDS, is still fading at step; one whose
+// start is ahead is too.
+func (rp *chainReplay) fadingAt(ep RampEndpoint, step time.Time) bool {
+	return !ep.Start.IsZero() && ep.Final > 0 && rp.curve.Share(step.Sub(ep.Start)) < 1
+}
+
+// planAt counts each endpoint's entries at step, in canonical order.
+func (rp *chainReplay) planAt(step time.Time) RampPlan {
+	eps, curve, stepAt := rp.eps, rp.curve, step.UnixNano()
+	plan := RampPlan{Counts: make([]uint64, len(eps)), Fading: make([]bool, len(eps)), Gradual: rp.gradual}
+	if !slices.ContainsFunc(eps, func(ep RampEndpoint) bool { return ep.Gone.IsZero() && rp.fadingAt(ep, step) }) {
+		plan.Gradual = 0 // a whole chain is not replayed, so nothing was given up
 	}
 	for i, ep := range eps {
-		if !plan.Fading[i] {
+		if !ep.Gone.IsZero() {
 			continue
 		}
-		for _, at := range appear[i] {
+		plan.Fading[i] = rp.fadingAt(ep, step)
+		if !plan.Fading[i] {
+			plan.Counts[i] = ep.Final
+			continue
+		}
+		for _, at := range rp.appear[i] {
 			if at > stepAt {
 				if plan.Next.IsZero() || at < plan.Next.UnixNano() {
 					plan.Next = time.Unix(0, at)
@@ -218,22 +298,18 @@ func planCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.Has
 			plan.Counts[i]++
 		}
 		next := curve.EndStep(ep.Start)
-		if appear[i] == nil {
-			next = StepTime(ep.Start) // not started: it joins then
+		if rp.appear[i] == nil {
+			// Not started yet, but in EDS: it holds entry 0, as it will
+			// from its start on (the walk's first endpoint has to, and
+			// none may lose it when another one sorts first), and joins
+			// the chain then.
+			plan.Counts[i], next = 1, StepTime(ep.Start)
 		}
 		if plan.Next.IsZero() || next.Before(plan.Next) {
 			plan.Next = next
 		}
 	}
-	for i := range eps {
-		if appear[i] == nil && plan.Fading[i] {
-			// Not started yet, but in EDS: it holds entry 0, as it will
-			// from its start on (the walk's first endpoint has to, and
-			// none may lose it when another one sorts first).
-			plan.Counts[i] = 1
-		}
-	}
-	return plan, nil
+	return plan
 }
 
 // fadeChain marks the endpoints whose fades the current one depends on:

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -559,6 +560,59 @@ func TestPlanRampIgnoresWhereDepartedEndpointsAreListed(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("scenario %d: departed endpoints listed elsewhere change the counts: %v, want %v", sc, got, want)
+			}
+		}
+	}
+}
+
+// TestPlanRampStepsIsPlanRampAtEachStep: planning every step of random
+// fades at once, one replay per run of steps without an event, gives at
+// each step exactly what PlanRamp gives there. The scenarios mix batches,
+// pods one by one, starts ahead of the clock, departures (some stamped
+// after the steps planned), a single fading endpoint and rings too large
+// to order.
+func TestPlanRampStepsIsPlanRampAtEachStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	curve := Curve{Duration: 12 * time.Second, Exponent: 2.5}
+	t0 := time.Unix(1_780_000_000, 0)
+	for sc := range 60 {
+		old, add := 5+rng.IntN(30), 1+rng.IntN(12)
+		if sc%10 == 0 {
+			add = 1
+		}
+		maxRing := uint64(4096)
+		if sc%7 == 0 {
+			maxRing = orderedRingLimit * 2
+		}
+		eps := make([]RampEndpoint, old+add)
+		for i := range eps {
+			eps[i] = RampEndpoint{Key: fmt.Sprintf("%c-%03d", 'a'+rng.IntN(26), i), Final: 8 * uint64(1+rng.IntN(3))}
+			if i >= old {
+				eps[i].Start = t0.Add(time.Duration(rng.IntN(8000)) * time.Millisecond)
+				if sc%2 == 0 {
+					eps[i].Start = t0.Add(time.Duration(rng.IntN(2)) * 3 * time.Second)
+				}
+			}
+		}
+		for range rng.IntN(4) {
+			i := rng.IntN(len(eps))
+			eps[i].Gone = t0.Add(time.Duration(rng.IntN(30000)) * time.Millisecond)
+		}
+		var steps []time.Time
+		for s := -2; s <= 26; s++ {
+			steps = append(steps, t0.Add(time.Duration(s)*time.Second))
+		}
+		all, err := PlanRampSteps(eps, curve, ringhash.XXHash, maxRing, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, step := range steps {
+			one, err := PlanRamp(eps, curve, ringhash.XXHash, maxRing, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(one, all[n]) {
+				t.Fatalf("scenario %d at %v: PlanRampSteps %+v, PlanRamp %+v", sc, step.Sub(t0), all[n], one)
 			}
 		}
 	}

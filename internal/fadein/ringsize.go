@@ -191,22 +191,21 @@ func stableCandidate(counts []uint64, c, d uint64) []uint32 {
 // the client library; grpc-go with gRFC A113 weights; grpc-js and C-core
 // with raw weights. The gRPC clients cap both sizes at 4096; when the
 // counts total more, they cannot build the ring and are not checked
-// (snapshot notes that cap).
+// (snapshot notes that cap). The ring size schedule asks this of every
+// candidate, so it walks without allocating and stops at the first
+// endpoint that differs.
 func PairExact(weights []uint32, counts []uint64, minRing, maxRing uint64) bool {
 	if len(weights) != len(counts) || len(weights) == 0 {
 		return false
 	}
 	grpc := sum(counts) <= ringhash.GRPCRingHashCap
+	capMin, capMax := min(minRing, ringhash.GRPCRingHashCap), min(maxRing, ringhash.GRPCRingHashCap)
+	matches := func(i int, n uint64) bool { return counts[i] == n }
 	for _, fused := range []bool{false, true} {
-		if !slices.Equal(walkCounts(weights, minRing, maxRing, fused), counts) {
+		if !walk(weights, minRing, maxRing, fused, false, matches) {
 			return false
 		}
-		if !grpc {
-			continue
-		}
-		capMin, capMax := min(minRing, ringhash.GRPCRingHashCap), min(maxRing, ringhash.GRPCRingHashCap)
-		if !slices.Equal(walkCounts(weights, capMin, capMax, fused), counts) ||
-			!slices.Equal(walkCounts(a113Weights(weights), capMin, capMax, fused), counts) {
+		if grpc && (!walk(weights, capMin, capMax, fused, false, matches) || !walk(weights, capMin, capMax, fused, true, matches)) {
 			return false
 		}
 	}
@@ -217,34 +216,64 @@ func PairExact(weights []uint32, counts []uint64, minRing, maxRing uint64) bool 
 // (Envoy's ring_hash_lb.cc) over weights in walk order, without hashing;
 // fused evaluates target += scale x w as one fused multiply-add.
 func walkCounts(weights []uint32, minRing, maxRing uint64, fused bool) []uint64 {
+	out := make([]uint64, len(weights))
+	walk(weights, minRing, maxRing, fused, false, func(i int, n uint64) bool { out[i] = n; return true })
+	return out
+}
+
+// walk runs the ring walk over weights, gRFC A113's when a113 (grpc-go's
+// weights, a113Weight), handing each endpoint's entry count to visit until
+// it returns false; it reports whether visit accepted every endpoint.
+//
+// Envoy's loop adds entries while current < target, current counting
+// whole entries; it ends at the first whole number not below target, so
+// the count is that ceiling less current, which the doubles hold exactly
+// (rings stay far below 2^53).
+func walk(weights []uint32, minRing, maxRing uint64, fused, a113 bool, visit func(i int, n uint64) bool) bool {
+	var raw uint64
+	for _, w := range weights {
+		raw += uint64(w)
+	}
+	weight := func(w uint32) uint32 { return w }
+	if a113 {
+		weight = func(w uint32) uint32 { return a113Weight(w, raw) }
+	}
 	var s uint64
 	for _, w := range weights {
-		s += uint64(w)
+		s += uint64(weight(w))
 	}
 	total := float64(s)
 	minW := 1.0
 	for _, w := range weights {
-		minW = min(minW, float64(w)/total)
+		minW = min(minW, float64(weight(w))/total)
 	}
 	scale := math.Min(math.Ceil(minW*float64(minRing))/minW, float64(maxRing))
-	out := make([]uint64, len(weights))
 	var current, target float64
 	for i, w := range weights {
-		nw := float64(w) / total
+		nw := float64(weight(w)) / total
 		if fused {
 			target = math.FMA(scale, nw, target)
 		} else {
 			target += float64(scale * nw)
 		}
-		for ; current < target; current++ {
-			out[i]++
+		n := 0.0
+		if end := math.Ceil(target); end > current {
+			n, current = end-current, end
+		}
+		if !visit(i, uint64(n)) {
+			return false
 		}
 	}
-	return out
+	return true
 }
 
-// a113Weights is grpc-go's gRFC A113 weight of each endpoint of one
-// locality: floor(w x 2^31 / sum), at least 1.
+// a113Weight is grpc-go's gRFC A113 weight of an endpoint of weight w in a
+// locality whose weights sum to sum: floor(w x 2^31 / sum), at least 1.
+func a113Weight(w uint32, sum uint64) uint32 {
+	return max(uint32(uint64(w)<<31/sum), 1)
+}
+
+// a113Weights is a113Weight of each of weights.
 func a113Weights(weights []uint32) []uint32 {
 	var s uint64
 	for _, w := range weights {
@@ -252,7 +281,7 @@ func a113Weights(weights []uint32) []uint32 {
 	}
 	out := make([]uint32, len(weights))
 	for i, w := range weights {
-		out[i] = max(uint32(uint64(w)<<31/s), 1)
+		out[i] = a113Weight(w, s)
 	}
 	return out
 }
