@@ -182,3 +182,30 @@ func BenchmarkBuildFadeStep(b *testing.B) {
 		step = (step + 1) % 32
 	}
 }
+
+// BenchmarkBuildFadeStart is the build that follows a scale event: twenty
+// clusters of 100 endpoints each gain ten (30 s fade, capacity 256) at
+// once, and a fresh Builder plans their first step, which schedules the
+// ring sizes of every step of the fades.
+func BenchmarkBuildFadeStart(b *testing.B) {
+	var clusters []model.Cluster
+	for n := range 20 {
+		c := model.Cluster{Name: fmt.Sprintf("svc-%02d", n), Policy: model.PolicyRingHash, MinRingSize: 1024, MaxRingSize: 4096,
+			FadeIn: &model.FadeIn{Duration: 30 * time.Second, Exponent: 2.5, Capacity: 256}}
+		for i := range 110 {
+			ep := model.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", n, i/250, i%250+1), Port: 8080, Weight: 1}
+			if i >= 100 {
+				ep.FirstSeen = epoch
+			}
+			c.Endpoints = append(c.Endpoints, ep)
+		}
+		clusters = append(clusters, c)
+	}
+	st := state(b, clusters...)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewBuilder().Build(st, epoch.Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -193,21 +193,43 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 // walkOrder returns the cluster's endpoints in EDS order, the order both
 // data planes walk (which the weights need), and their weight sum.
 func walkOrder(c *model.Cluster) ([]*model.Endpoint, uint64) {
-	eps := make([]*model.Endpoint, len(c.Endpoints))
+	// The keys are spelled once each: formatting them in every comparison
+	// made the sort most of a fade step's cost.
+	type keyed struct {
+		ep            *model.Endpoint
+		key, hostPort string
+	}
+	byKey := make([]keyed, len(c.Endpoints))
 	var weightSum uint64
 	for i := range c.Endpoints {
-		eps[i] = &c.Endpoints[i]
-		weightSum += uint64(c.Endpoints[i].Weight)
+		ep := &c.Endpoints[i]
+		hp := ep.HostPort()
+		byKey[i] = keyed{ep, cmp.Or(ep.HashKey, hp), hp}
+		weightSum += uint64(ep.Weight)
 	}
-	slices.SortFunc(eps, func(a, b *model.Endpoint) int {
-		return cmp.Or(cmp.Compare(RingKey(a), RingKey(b)), cmp.Compare(a.HostPort(), b.HostPort()))
+	slices.SortFunc(byKey, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hostPort, b.hostPort))
 	})
+	eps := make([]*model.Endpoint, len(byKey))
+	for i := range byKey {
+		eps[i] = byKey[i].ep
+	}
 	return eps, weightSum
 }
 
 // layoutPlan is fadein.PlanRamp for a laid-out cluster at step, k entries
 // per unit of weight, eps in walk order; the plan covers eps only.
 func layoutPlan(c *model.Cluster, eps []*model.Endpoint, k uint64, curve fadein.Curve, step time.Time) (fadein.RampPlan, error) {
+	plans, err := layoutPlanSteps(c, eps, k, curve, []time.Time{step})
+	if err != nil {
+		return fadein.RampPlan{}, err
+	}
+	return plans[0], nil
+}
+
+// layoutPlanSteps is layoutPlan at each of steps, ascending, planned
+// together (fadein.PlanRampSteps).
+func layoutPlanSteps(c *model.Cluster, eps []*model.Endpoint, k uint64, curve fadein.Curve, steps []time.Time) ([]fadein.RampPlan, error) {
 	ramp := make([]fadein.RampEndpoint, len(eps), len(eps)+len(c.Departed))
 	for i, ep := range eps {
 		ramp[i] = fadein.RampEndpoint{Key: RingKey(ep), Final: k * uint64(ep.Weight), Start: ep.FirstSeen}
@@ -228,10 +250,12 @@ func layoutPlan(c *model.Cluster, eps []*model.Endpoint, k uint64, curve fadein.
 		}
 		ramp = append(ramp, fadein.RampEndpoint{Key: RingKey(&d.Endpoint), Final: k * uint64(d.Endpoint.Weight), Start: d.Endpoint.FirstSeen, Gone: d.Gone})
 	}
-	plan, err := fadein.PlanRamp(ramp, curve, ringhash.XXHash, c.MaxRingSize, step)
+	plans, err := fadein.PlanRampSteps(ramp, curve, ringhash.XXHash, c.MaxRingSize, steps)
 	if err != nil {
-		return fadein.RampPlan{}, fmt.Errorf("fade-in plan: %w", err)
+		return nil, fmt.Errorf("fade-in plan: %w", err)
 	}
-	plan.Counts, plan.Fading = plan.Counts[:len(eps)], plan.Fading[:len(eps)]
-	return plan, nil
+	for i := range plans {
+		plans[i].Counts, plans[i].Fading = plans[i].Counts[:len(eps)], plans[i].Fading[:len(eps)]
+	}
+	return plans, nil
 }

@@ -149,29 +149,56 @@ func (m *ringMemo) schedule(c *model.Cluster, curve fadein.Curve, counts []uint6
 
 // replan plans the counts of every step from..to for c, keeping those of
 // the memo's previous model where the cluster as it was at that step has
-// not changed (a new start leaves the steps before it alone).
+// not changed (a new start leaves the steps before it alone). Steps at
+// which the cluster stood the same are planned together, one replay for
+// the run (fadein.PlanRampSteps), so a batch fade costs a plan or two, not
+// one per step.
 func (m *ringMemo) replan(c *model.Cluster, curve fadein.Curve, from, to time.Time) error {
 	counts := make(map[int64][]uint64, int(to.Sub(from)/fadein.StepInterval)+1)
+	var run []time.Time
+	var runAt model.Cluster
 	for t := from; !t.After(to); t = t.Add(fadein.StepInterval) {
 		at := clusterAt(c, t)
-		if old, ok := m.counts[t.UnixNano()]; ok {
-			if was := clusterAt(&m.model, t); was.Equal(&at) {
-				counts[t.UnixNano()] = old
-				continue
+		old, reuse := m.counts[t.UnixNano()]
+		if reuse {
+			was := clusterAt(&m.model, t)
+			reuse = was.Equal(&at)
+		}
+		if len(run) > 0 && (reuse || !runAt.Equal(&at)) {
+			if err := planRun(&runAt, curve, run, counts); err != nil {
+				return err
 			}
+			run = run[:0]
 		}
-		eps, weightSum := walkOrder(&at)
-		k, _ := fadein.LayoutEntriesPerWeight(weightSum, c.MaxRingSize, c.FadeIn.Capacity)
-		if k == 0 {
-			return fmt.Errorf("step %s: the cluster as it was is not laid out", t.Format(time.RFC3339))
+		if reuse {
+			counts[t.UnixNano()] = old
+			continue
 		}
-		plan, err := layoutPlan(&at, eps, k, curve, t)
-		if err != nil {
-			return fmt.Errorf("step %s: %w", t.Format(time.RFC3339), err)
+		runAt, run = at, append(run, t)
+	}
+	if len(run) > 0 {
+		if err := planRun(&runAt, curve, run, counts); err != nil {
+			return err
 		}
-		counts[t.UnixNano()] = plan.Counts
 	}
 	m.model, m.counts, m.sched = c.Clone(), counts, nil
+	return nil
+}
+
+// planRun plans at, the cluster as it stood at each of steps, into counts.
+func planRun(at *model.Cluster, curve fadein.Curve, steps []time.Time, counts map[int64][]uint64) error {
+	eps, weightSum := walkOrder(at)
+	k, _ := fadein.LayoutEntriesPerWeight(weightSum, at.MaxRingSize, at.FadeIn.Capacity)
+	if k == 0 {
+		return fmt.Errorf("step %s: the cluster as it was is not laid out", steps[0].Format(time.RFC3339))
+	}
+	plans, err := layoutPlanSteps(at, eps, k, curve, steps)
+	if err != nil {
+		return fmt.Errorf("steps from %s: %w", steps[0].Format(time.RFC3339), err)
+	}
+	for i, t := range steps {
+		counts[t.UnixNano()] = plans[i].Counts
+	}
 	return nil
 }
 
