@@ -15,6 +15,11 @@ import (
 // counts no ring_hash configuration can express.
 var ErrLayout = errors.New("fadein: no exact ring_hash layout")
 
+// ErrRounding is wrapped, with ErrLayout, by ExactWeights for rings too
+// large for its arithmetic to be exact in doubles (past 2^22 entries);
+// NearExactWeights serves them.
+var ErrRounding = errors.New("past what a double holds exactly")
+
 // EntriesPerWeight is k, the ring entries an established endpoint gets per
 // unit of its weight when a cluster fades in: the largest power of two with
 // k x weightSum <= maxRing, or 0 if even one entry per unit does not fit.
@@ -83,7 +88,8 @@ func RampEntries(final uint64, share float64) uint64 {
 // of 0. grpc-go's A113 fixed-point weight floor(W_j x 2^31 / P) is exact
 // because P divides 2^31 (2nR <= 2^25 within grpc-go's ring cap), and
 // normalizes back to W_j / P. Fused multiply-add changes nothing, as no
-// product rounds.
+// product rounds. All of this needs R x P <= 2^53, which holds up to
+// 2^22 entries; larger rings are refused.
 func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error) {
 	var total uint64
 	for i, c := range counts {
@@ -103,7 +109,36 @@ func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error
 	if p > 1<<31 {
 		return nil, 0, fmt.Errorf("%w: %d endpoints and %d entries need weights summing to %d, more than 2^31", ErrLayout, n, total, p)
 	}
-	weights = make([]uint32, len(counts))
+	if total > 1<<53/p {
+		// The walk's products R x W_j and its running target, in units of
+		// 1/P, must fit a double's 53-bit mantissa to be exact; past that
+		// an endpoint gains or loses an entry to rounding.
+		return nil, 0, fmt.Errorf("%w: %d entries with weights summing to %d: %w (2^53)", ErrLayout, total, p, ErrRounding)
+	}
+	return layWeights(counts, total, p), total, nil
+}
+
+// NearExactWeights is ExactWeights without its limit on exactness: past
+// 2^22 entries the walk's rounding may give an endpoint an entry more or
+// less than its count (the last in walk order has no margin at all), which
+// on such a ring moves under a millionth of the keys per endpoint. It is
+// for rings ExactWeights refuses with ErrRounding.
+func NearExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error) {
+	weights, ringSize, err = ExactWeights(counts)
+	if !errors.Is(err, ErrRounding) {
+		return weights, ringSize, err
+	}
+	var total uint64
+	for _, c := range counts {
+		total += c
+	}
+	p := uint64(1) << bits.Len64(2*uint64(len(counts))*total-1)
+	return layWeights(counts, total, p), total, nil
+}
+
+// layWeights lays out ExactWeights' weights, summing to p.
+func layWeights(counts []uint64, total, p uint64) []uint32 {
+	weights := make([]uint32, len(counts))
 	var prefix, prevW uint64
 	for i, c := range counts {
 		prefix += c
@@ -115,7 +150,7 @@ func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error
 		weights[i] = uint32(w - prevW)
 		prevW = w
 	}
-	return weights, total, nil
+	return weights
 }
 
 // NewCountRing builds the ring_hash ring in which endpoint i holds exactly

@@ -1,8 +1,10 @@
 package fadein
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ringxds/ringxds/internal/ringhash"
@@ -246,4 +248,49 @@ func TestCountRingGrowthOnlyAddsEntries(t *testing.T) {
 		}
 		prev = cur
 	}
+}
+
+// TestExactWeightsOnLargeRingsAreExactOrRefused: past 2^22 entries the
+// walk's doubles can no longer hold every product exactly, and a fade step
+// of a 6.6M-entry ring gave its last endpoint one entry too many. Large
+// rings must come out exact in both walks or be refused, and the refused
+// ones' NearExactWeights within an entry of every count.
+func TestExactWeightsOnLargeRingsAreExactOrRefused(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	refused := 0
+	for range 200 {
+		n := 2 + rng.IntN(150)
+		counts := make([]uint64, n)
+		per := uint64(ringhash.MaxRingSizeLimit) / uint64(n)
+		for i := range counts {
+			counts[i] = 1 + uint64(rng.Int64N(int64(per)))
+		}
+		w, size, err := ExactWeights(counts)
+		if err != nil {
+			if !errors.Is(err, ErrRounding) {
+				t.Fatal(err)
+			}
+			refused++
+			if w, size, err = NearExactWeights(counts); err != nil {
+				t.Fatal(err)
+			}
+			for _, fused := range []bool{false, true} {
+				for i, got := range walkCounts(w, size, size, fused) {
+					if got+1 < counts[i] || got > counts[i]+1 {
+						t.Fatalf("near exact, %d entries: endpoint %d gets %d, want %d", size, i, got, counts[i])
+					}
+				}
+			}
+			continue
+		}
+		for _, fused := range []bool{false, true} {
+			if got := walkCounts(w, size, size, fused); !slices.Equal(got, counts) {
+				t.Fatalf("%d endpoints, %d entries (fused %v): weights build %v, want %v", n, size, fused, short(got), short(counts))
+			}
+		}
+	}
+	if refused == 0 || refused == 200 {
+		t.Fatalf("%d of 200 refused: the sample does not straddle the limit", refused)
+	}
+	t.Logf("%d of 200 large layouts refused", refused)
 }

@@ -212,8 +212,11 @@ type chainReplay struct {
 	curve Curve
 	step  time.Time
 	// appear[i][j] is the step (unix ns) from which entry j of endpoint i
-	// is in the ring, for the endpoints of the fade chain.
-	appear  [][]int64
+	// is in the ring, for the endpoints of a replayed fade chain.
+	appear [][]int64
+	// onCurve marks the endpoints of a chain that is not replayed: each
+	// follows its own curve (curveCount).
+	onCurve []bool
 	gradual int
 }
 
@@ -234,11 +237,10 @@ func replayCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.H
 	// only entry 0 and joins the chain when it starts.
 	started := func(ep RampEndpoint) bool { return !StepTime(ep.Start).After(step) }
 	inChain := fadeChain(eps, curve, started)
-	rp := &chainReplay{eps: eps, first: first, curve: curve, step: step, appear: make([][]int64, len(eps))}
+	rp := &chainReplay{eps: eps, first: first, curve: curve, step: step, appear: make([][]int64, len(eps)), onCurve: inChain}
 	members, fading := 0, false
 	for i, ep := range eps {
 		if inChain[i] {
-			rp.appear[i] = curveSteps(ep.Final, ep.Start, curve)
 			members++
 		}
 		fading = fading || ep.Gone.IsZero() && rp.fadingAt(ep, step)
@@ -257,10 +259,19 @@ func replayCanonical(eps []RampEndpoint, first int, curve Curve, hash ringhash.H
 		// own curve.
 		stats.Gradual++
 	default:
+		// Only a replay needs each entry's step; the curve alone gives
+		// the counts, so large rings on their curves cost per endpoint,
+		// not per entry.
+		for i, ep := range eps {
+			if inChain[i] {
+				rp.appear[i] = curveSteps(ep.Final, ep.Start, curve)
+			}
+		}
+		rp.onCurve = nil
 		replayChain(eps, rp.appear, curve, hash, started, step, jumpLimit, &stats)
-	}
-	if first >= 0 && rp.appear[first] != nil {
-		rp.appear[first][0] = always
+		if first >= 0 && rp.appear[first] != nil {
+			rp.appear[first][0] = always
+		}
 	}
 	rp.gradual = stats.Gradual
 	return rp, nil
@@ -288,17 +299,25 @@ func (rp *chainReplay) planAt(step time.Time) RampPlan {
 			plan.Counts[i] = ep.Final
 			continue
 		}
-		for _, at := range rp.appear[i] {
-			if at > stepAt {
-				if plan.Next.IsZero() || at < plan.Next.UnixNano() {
-					plan.Next = time.Unix(0, at)
-				}
-				break
-			}
-			plan.Counts[i]++
-		}
 		next := curve.EndStep(ep.Start)
-		if rp.appear[i] == nil {
+		switch {
+		case rp.appear[i] != nil:
+			for _, at := range rp.appear[i] {
+				if at > stepAt {
+					if at < next.UnixNano() {
+						next = time.Unix(0, at)
+					}
+					break
+				}
+				plan.Counts[i]++
+			}
+		case rp.onCurve != nil && rp.onCurve[i]:
+			var gains time.Time
+			plan.Counts[i], gains = curveCount(ep.Final, ep.Start, curve, step)
+			if !gains.IsZero() && gains.Before(next) {
+				next = gains
+			}
+		default:
 			// Not started yet, but in EDS: it holds entry 0, as it will
 			// from its start on (the walk's first endpoint has to, and
 			// none may lose it when another one sorts first), and joins
@@ -344,25 +363,51 @@ func fadeChain(eps []RampEndpoint, curve Curve, started func(RampEndpoint) bool)
 func curveSteps(final uint64, start time.Time, curve Curve) []int64 {
 	first, end := StepTime(start), curve.EndStep(start)
 	steps := int64(end.Sub(first) / StepInterval)
-	countAt := func(m int64) uint64 {
-		return RampEntries(final, curve.Share(first.Add(time.Duration(m)*StepInterval).Sub(start)))
-	}
 	out := make([]int64, final)
-	out[0] = first.UnixNano()
-	// countAt is non-decreasing and countAt(steps) = final, so a binary
-	// search per entry, from the previous entry's step, finds it.
-	lo := int64(0)
-	for j := uint64(1); j < final; j++ {
-		hi := steps
-		for lo < hi {
-			m := lo + (hi-lo)/2
-			if countAt(m) > j {
-				hi = m
-			} else {
-				lo = m + 1
-			}
+	// The count never falls, so walking the steps once hands each entry
+	// the step at which the count first passes it: one curve evaluation
+	// per step, not per entry.
+	var have uint64
+	for m := int64(0); m <= steps && have < final; m++ {
+		at := first.Add(time.Duration(m) * StepInterval)
+		n := final
+		if m < steps {
+			n = RampEntries(final, curve.Share(at.Sub(start)))
 		}
-		out[j] = first.Add(time.Duration(lo) * StepInterval).UnixNano()
+		for ; have < n; have++ {
+			out[have] = at.UnixNano()
+		}
 	}
 	return out
+}
+
+// curveCount is curveSteps' count at step (at or after the endpoint's
+// first step) without listing the entries, and the next step at which the
+// count grows (zero once it is final).
+func curveCount(final uint64, start time.Time, curve Curve, step time.Time) (uint64, time.Time) {
+	first, end := StepTime(start), curve.EndStep(start)
+	countAt := func(m int64) uint64 {
+		at := first.Add(time.Duration(m) * StepInterval)
+		if !at.Before(end) {
+			return final
+		}
+		return RampEntries(final, curve.Share(at.Sub(start)))
+	}
+	m := int64(step.Sub(first) / StepInterval)
+	n := countAt(m)
+	if n >= final {
+		return final, time.Time{}
+	}
+	// The first later step with more entries, by binary search: the count
+	// never falls and is final by the curve's end.
+	lo, hi := m+1, int64(end.Sub(first)/StepInterval)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if countAt(mid) > n {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return n, first.Add(time.Duration(lo) * StepInterval)
 }

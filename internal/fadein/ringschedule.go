@@ -65,7 +65,9 @@ func RingSizeSchedule(steps [][]uint64, maxRing uint64) ([]RingStep, error) {
 	for t, counts := range steps {
 		out[t].MinRing, out[t].MaxRing = mins[t], maxRing
 		if win[t].empty() {
-			w, size, err := ExactWeights(counts)
+			// Past ExactWeights' limit the step is near exact (RingStep.Exact
+			// says which): a ring that large has nothing better.
+			w, size, err := NearExactWeights(counts)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", t, err)
 			}
