@@ -330,7 +330,9 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 		Fading   map[string][]snapshot.FadeStatus                          `json:"fading"`
 		NextStep time.Time                                                 `json:"next_step,omitzero"`
 		Problems []watch.Problem                                           `json:"problems"`
-	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Fading: snap.Fading, NextStep: snap.NextStep, Problems: h.opts.Problems()}
+		// Failed: clusters the build could not translate, and why.
+		Failed map[string]string `json:"failed,omitempty"`
+	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Fading: snap.Fading, NextStep: snap.NextStep, Problems: h.opts.Problems(), Failed: snap.Failed}
 	mo := protojson.MarshalOptions{Multiline: false, UseProtoNames: true}
 	for kind, types := range snap.Kinds {
 		if only != "" && kind != only {

@@ -22,6 +22,7 @@ type metrics struct {
 	buildErrors     prometheus.Counter
 	snapshotChanges *prometheus.CounterVec
 	fading          *prometheus.GaugeVec
+	failedClusters  *prometheus.GaugeVec
 	// clusterWait and clusterWaitTimeouts: pushes holding CLAs back until
 	// the Clusters they belong to are sent (order.go).
 	clusterWait         prometheus.Histogram
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ringxds_snapshot_build_errors_total",
 			Help: "Model states the snapshot builder rejected; the previous snapshot stayed published.",
 		}),
+		failedClusters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringxds_snapshot_cluster_failed",
+			Help: "1 for each cluster the last build could not translate; it keeps its last good resources, or is not published if it had none (/debug/snapshot failed).",
+		}, []string{"cluster"}),
 		snapshotChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringxds_snapshot_resource_changes_total",
 			Help: "Resources added, updated or removed in the caches, by resource type and operation.",
@@ -118,7 +123,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.bytesSent, m.nacks, m.acks, m.connected, m.compatibility, m.resources,
-			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading,
+			m.buildSeconds, m.applySeconds, m.changeToPush, m.buildErrors, m.snapshotChanges, m.fading, m.failedClusters,
 			m.clusterWait, m.clusterWaitTimeouts, m.limitHits, m.authzRefused)
 	}
 	return m

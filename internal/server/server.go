@@ -72,7 +72,10 @@ type Server struct {
 
 	applyMu sync.Mutex
 	// last is the most recent State applied; fade-in steps rebuild from it.
-	last      model.State
+	last model.State
+	// failed is the last build's Snapshot.Failed, so each error is logged
+	// once, not at every retry.
+	failed    map[string]string
 	stepTimer *time.Timer
 	// published holds, per cache group, every resource in that cache with
 	// its content version, so Apply touches only what changed and hashes
@@ -284,6 +287,7 @@ func (s *Server) applyLocked(state model.State) error {
 	for _, c := range state.Clusters {
 		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
 	}
+	s.reportFailed(snap.Failed)
 	s.current.Store(snap)
 	s.registry.reassessHolding(envoyClusterChanges(changes))
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -296,6 +300,25 @@ func (s *Server) applyLocked(state model.State) error {
 	s.log.Info("snapshot published", zap.Int("clusters", len(state.Clusters)),
 		zap.Duration("build", built.Sub(start)), zap.Duration("apply", done.Sub(start)))
 	return nil
+}
+
+// reportFailed logs the clusters the build could not translate, once per
+// distinct error rather than at every retry, and sets their gauge.
+func (s *Server) reportFailed(failed map[string]string) {
+	s.metrics.failedClusters.Reset()
+	for name, why := range failed {
+		s.metrics.failedClusters.WithLabelValues(name).Set(1)
+		if s.failed[name] != why {
+			s.log.Error("cluster cannot be translated; it keeps its last good resources, or stays unpublished if it has none",
+				zap.String("cluster", name), zap.String("error", why))
+		}
+	}
+	for name := range s.failed {
+		if _, still := failed[name]; !still {
+			s.log.Info("cluster translated again", zap.String("cluster", name))
+		}
+	}
+	s.failed = failed
 }
 
 // change is what one cache group must add, update and remove.

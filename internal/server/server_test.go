@@ -1,8 +1,16 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -93,5 +101,53 @@ func BenchmarkApplyOneClusterChanged(b *testing.B) {
 		if err := s.Apply(states[i%2]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A cluster the builder cannot translate is logged once, shown in the
+// gauge, and does not hold back the other clusters' updates; when it is
+// fixed the gauge clears.
+func TestApplyPublishesAroundAClusterThatFails(t *testing.T) {
+	obs, logs := observer.New(zap.InfoLevel)
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := New(ctx, Options{Logger: zap.New(obs), Registerer: reg, Now: func() time.Time { return now }})
+	cluster := func(name string, port uint32, weight uint32) model.Cluster {
+		c := model.Cluster{Name: name, Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: port}, {Address: "10.0.0.2", Port: port}}}
+		c.ApplyDefaults()
+		c.Endpoints[1].Weight = weight // 0: not normalized, refused by the builder
+		return c
+	}
+	apply := func(clusters ...model.Cluster) {
+		t.Helper()
+		if err := s.Apply(model.State{Clusters: clusters}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := func() float64 {
+		t.Helper()
+		return testutil.ToFloat64(s.metrics.failedClusters.WithLabelValues("a"))
+	}
+	apply(cluster("a", 80, 1), cluster("b", 80, 1))
+	apply(cluster("a", 81, 0), cluster("b", 81, 1))
+	apply(cluster("a", 82, 0), cluster("b", 82, 1))
+	cla := s.Current().Kinds[snapshot.KindEnvoy][resource.EndpointType]
+	if got := cla["b"].(*endpointv3.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 82 {
+		t.Errorf("healthy cluster b serves port %d, want 82", got)
+	}
+	if got := cla["a"].(*endpointv3.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 80 {
+		t.Errorf("failing cluster a serves port %d, want its last good 80", got)
+	}
+	if failed() != 1 {
+		t.Errorf("gauge %v, want 1", failed())
+	}
+	if n := logs.FilterMessageSnippet("cannot be translated").Len(); n != 1 {
+		t.Errorf("the failure was logged %d times, want once", n)
+	}
+	apply(cluster("a", 83, 1), cluster("b", 83, 1))
+	if failed() != 0 {
+		t.Errorf("gauge %v after the fix, want 0", failed())
 	}
 }

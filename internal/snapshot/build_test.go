@@ -565,20 +565,63 @@ func TestBuildNotes(t *testing.T) {
 func TestBuildRejectsUnnormalizedState(t *testing.T) {
 	ok := model.Cluster{Name: "a", Endpoints: threeEndpoints()}
 	ok.ApplyDefaults()
-	unweighted := ok
-	unweighted.Endpoints = threeEndpoints() // weights and schemes left at zero
-	dup := ok
-
-	for name, s := range map[string]model.State{
-		"defaults not applied": {Clusters: []model.Cluster{unweighted}},
-		"cluster twice":        {Clusters: []model.Cluster{ok, dup}},
-	} {
-		if _, err := Build(s, epoch); err == nil {
-			t.Errorf("%s: Build succeeded", name)
-		}
+	if _, err := Build(model.State{Clusters: []model.Cluster{ok, ok}}, epoch); err == nil {
+		t.Error("a cluster defined twice: Build succeeded")
 	}
 	if _, err := Build(model.State{Clusters: []model.Cluster{ok}}, epoch); err != nil {
 		t.Errorf("normalized state: %v", err)
+	}
+}
+
+// A cluster that cannot be translated must not hold back the others: it
+// is left out if it never was published, and keeps its last good
+// resources if it was, while every other cluster's change is published.
+func TestBuildIsolatesAClusterThatFails(t *testing.T) {
+	good := func(name string, port uint32) model.Cluster {
+		c := model.Cluster{Name: name, Endpoints: threeEndpoints()}
+		c.Endpoints[0].Port = port
+		c.ApplyDefaults()
+		return c
+	}
+	broken := func(c model.Cluster) model.Cluster {
+		c = c.Clone()
+		c.Endpoints[1].Weight = 0 // not normalized: Validate refuses it
+		return c
+	}
+	b := NewBuilder()
+	first, err := b.Build(model.State{Clusters: []model.Cluster{good("a", 1), good("b", 1), broken(good("new", 1))}}, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := first.Kinds[KindEnvoy][resourcev3.ClusterType]["new"]; ok || first.Failed["new"] == "" {
+		t.Fatalf("a cluster never built is published (failed: %q)", first.Failed["new"])
+	}
+	second, err := b.Build(model.State{Clusters: []model.Cluster{broken(good("a", 2)), good("b", 2)}}, epoch.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range AllKinds() {
+		for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+			if second.Kinds[k][typ]["a"] != first.Kinds[k][typ]["a"] {
+				t.Errorf("%s %s: the failing cluster's last good resource was replaced", k, typ)
+			}
+		}
+	}
+	if first.Kinds[KindEnvoy][resourcev3.EndpointType]["b"] == second.Kinds[KindEnvoy][resourcev3.EndpointType]["b"] {
+		t.Error("the healthy cluster's change was held back")
+	}
+	if second.Failed["a"] == "" || !strings.Contains(strings.Join(second.Notes["a"], "\n"), "last good") {
+		t.Errorf("the failure is not reported: failed %q, notes %q", second.Failed["a"], second.Notes["a"])
+	}
+	if want := epoch.Add(2 * time.Second); !second.NextStep.Equal(want) {
+		t.Errorf("next step %v, want a retry at %v", second.NextStep, want)
+	}
+	third, err := b.Build(model.State{Clusters: []model.Cluster{good("a", 3), good("b", 2)}}, epoch.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(third.Failed) != 0 || first.Kinds[KindEnvoy][resourcev3.EndpointType]["a"] == third.Kinds[KindEnvoy][resourcev3.EndpointType]["a"] {
+		t.Errorf("a fixed cluster is not published again (failed %v)", third.Failed)
 	}
 }
 

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,6 +206,72 @@ func BenchmarkBuildFadeStart(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := NewBuilder().Build(st, epoch.Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// largeRingTenants are four clusters a tenant asked an 8M-entry ring for,
+// each with ten pods turning ready 1.3 s apart into 100.
+func largeRingTenants() []model.Cluster {
+	var clusters []model.Cluster
+	for n := range 4 {
+		c := model.Cluster{Name: fmt.Sprintf("tenant-%d", n), Policy: model.PolicyRingHash, MinRingSize: 8388608, MaxRingSize: 8388608,
+			FadeIn: &model.FadeIn{Duration: 30 * time.Second, Exponent: 2.5}}
+		for i := range 110 {
+			ep := model.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", n, i/250, i%250+1), Port: 8080, Weight: 1}
+			if i >= 100 {
+				ep.FirstSeen = epoch.Add(time.Duration(i-100) * 1300 * time.Millisecond)
+			}
+			c.Endpoints = append(c.Endpoints, ep)
+		}
+		clusters = append(clusters, c)
+	}
+	return clusters
+}
+
+// TestLargeRingFadeStaysLaidOut: a fade of an 8M-entry ring, past the
+// sizes ExactWeights can make exact in doubles, once failed the build of
+// the whole snapshot at the first step its weights were an entry off. It
+// must build at every step, stay laid out (no fading endpoint at full
+// weight), and never take an entry back.
+func TestLargeRingFadeStaysLaidOut(t *testing.T) {
+	st := state(t, largeRingTenants()...)
+	b := NewBuilder()
+	prev := map[string]uint64{}
+	for s := 0; s <= 45; s++ {
+		snap, err := b.Build(st, epoch.Add(time.Duration(s)*time.Second))
+		if err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+		for _, note := range snap.Notes["tenant-0"] {
+			if strings.Contains(note, "cannot be laid out") {
+				t.Fatalf("step %d: %s", s, note)
+			}
+		}
+		for _, f := range snap.Fading["tenant-0"] {
+			if f.FinalEntries == 0 || f.Entries > f.FinalEntries {
+				t.Fatalf("step %d: %s holds %d of %d entries", s, f.Endpoint, f.Entries, f.FinalEntries)
+			}
+			if f.Entries < prev[f.Endpoint] {
+				t.Fatalf("step %d: %s went from %d to %d entries", s, f.Endpoint, prev[f.Endpoint], f.Entries)
+			}
+			prev[f.Endpoint] = f.Entries
+		}
+	}
+	if len(prev) != 10 {
+		t.Fatalf("saw %d fading endpoints, want 10", len(prev))
+	}
+}
+
+// BenchmarkBuildLargeRingFade is what a tenant's 8M-entry rings cost the
+// apply lock: a fresh Builder's first step of four such fades, which plans
+// every step of each.
+func BenchmarkBuildLargeRingFade(b *testing.B) {
+	st := state(b, largeRingTenants()...)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewBuilder().Build(st, epoch.Add(5*time.Second)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -96,47 +96,26 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 
 	// EDS order: the order both data planes walk, which ExactWeights needs.
 	eps, weightSum := walkOrder(c)
-
-	var k uint64
-	if c.Policy != model.PolicyMaglev {
-		var pinned bool
-		k, pinned = fadein.LayoutEntriesPerWeight(weightSum, c.MaxRingSize, c.FadeIn.Capacity)
-		switch {
-		case k == 0:
-			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than maximum_ring_size %d, so the ring cannot give every unit of weight an entry: Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", weightSum, c.MaxRingSize))
-		case c.FadeIn.Capacity == 0:
-			// The decision a user would question after a scale-up that
-			// moved keys between old endpoints: where the layout changes.
-			p.notes = append(p.notes, fmt.Sprintf("fade-in: no fade_in.capacity: the ring is laid out at %d entries per unit of weight while endpoint weights sum to %d..%d (now %d); a scale past either bound lays it out anew, moving about half the keys between old endpoints. Set fade_in.capacity to the largest size the cluster scales to", k, c.MaxRingSize/(2*k)+1, c.MaxRingSize/k, weightSum))
-		case !pinned:
-			p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than fade_in.capacity %d: the ring is laid out for the current size (%d entries per unit of weight) instead, and is laid out anew when the size crosses a power of two", weightSum, c.FadeIn.Capacity, k))
-		}
-	} else {
-		p.notes = append(p.notes, "fade-in: maglev clusters fade in only in the client library: Envoy's Maglev has no slow start, and ramping a Maglev weight moves keys between old endpoints")
-	}
-	p.layout = k > 0
+	k := p.chooseLayout(c, weightSum)
 
 	var plan fadein.RampPlan
-	if p.layout {
+	if k > 0 {
 		var err error
-		if plan, err = layoutPlan(c, eps, k, p.curve, step); err != nil {
-			return nil, err
+		if plan, p.ring, err = planLayout(c, eps, k, p.curve, step, memo); err != nil {
+			// The cluster is still served: a layout that cannot be
+			// planned must not hold back the rest of the snapshot.
+			p.notes = append(p.notes, fmt.Sprintf("fade-in: the ring cannot be laid out for this fade (%v): Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", err))
+			k = 0
 		}
+	}
+	p.layout = k > 0
+	if p.layout {
 		if len(c.Departed) > 0 && slices.Contains(plan.Fading, true) {
 			p.notes = append(p.notes, fmt.Sprintf("fade-in: %d endpoint(s) left during the fade; the plan keeps them in its replay until they left, so no entry already published is taken back", len(c.Departed)))
 		}
+		p.notes = append(p.notes, p.ring.notes...)
 	} else {
-		// Weights stay; only the fade metadata changes, at each fade's end.
-		plan.Fading = make([]bool, len(eps))
-		for i, ep := range eps {
-			if ep.FirstSeen.IsZero() || p.curve.Share(step.Sub(ep.FirstSeen)) >= 1 {
-				continue
-			}
-			plan.Fading[i] = true
-			if end := p.curve.EndStep(ep.FirstSeen); plan.Next.IsZero() || end.Before(plan.Next) {
-				plan.Next = end
-			}
-		}
+		plan = curvePlan(eps, p.curve, step)
 	}
 	p.next = plan.Next
 	if plan.Gradual > 0 {
@@ -149,24 +128,69 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 		}
 		if p.layout {
 			fe.entries = k * uint64(ep.Weight)
+			fe.weight = p.ring.weights[i]
 		}
 		p.byHostPort[ep.HostPort()] = fe
 	}
+	p.status = fadeStatus(eps, p, plan, step)
+	return p, nil
+}
 
-	if p.layout {
-		rs, err := stepRing(c, p.curve, plan.Counts, slices.Contains(plan.Fading, true), step, memo)
-		if err != nil {
-			return nil, fmt.Errorf("fade-in layout: %w", err)
+// chooseLayout returns the entries per unit of weight the cluster's ring
+// is laid out at (0: not laid out), noting the decisions a user would
+// question.
+func (p *fadePlan) chooseLayout(c *model.Cluster, weightSum uint64) uint64 {
+	if c.Policy == model.PolicyMaglev {
+		p.notes = append(p.notes, "fade-in: maglev clusters fade in only in the client library: Envoy's Maglev has no slow start, and ramping a Maglev weight moves keys between old endpoints")
+		return 0
+	}
+	k, pinned := fadein.LayoutEntriesPerWeight(weightSum, c.MaxRingSize, c.FadeIn.Capacity)
+	switch {
+	case k == 0:
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than maximum_ring_size %d, so the ring cannot give every unit of weight an entry: Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", weightSum, c.MaxRingSize))
+	case c.FadeIn.Capacity == 0:
+		// The decision a user would question after a scale-up that
+		// moved keys between old endpoints: where the layout changes.
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: no fade_in.capacity: the ring is laid out at %d entries per unit of weight while endpoint weights sum to %d..%d (now %d); a scale past either bound lays it out anew, moving about half the keys between old endpoints. Set fade_in.capacity to the largest size the cluster scales to", k, c.MaxRingSize/(2*k)+1, c.MaxRingSize/k, weightSum))
+	case !pinned:
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than fade_in.capacity %d: the ring is laid out for the current size (%d entries per unit of weight) instead, and is laid out anew when the size crosses a power of two", weightSum, c.FadeIn.Capacity, k))
+	}
+	return k
+}
+
+// planLayout plans a laid-out cluster's step: each endpoint's entries and
+// the ring sizes and weights that publish them.
+func planLayout(c *model.Cluster, eps []*model.Endpoint, k uint64, curve fadein.Curve, step time.Time, memo *ringMemo) (fadein.RampPlan, *stepRingSizes, error) {
+	plan, err := layoutPlan(c, eps, k, curve, step)
+	if err != nil {
+		return fadein.RampPlan{}, nil, err
+	}
+	rs, err := stepRing(c, curve, plan.Counts, slices.Contains(plan.Fading, true), step, memo)
+	if err != nil {
+		return fadein.RampPlan{}, nil, fmt.Errorf("ring sizes: %w", err)
+	}
+	return plan, rs, nil
+}
+
+// curvePlan is the plan of a cluster that is not laid out: weights stay,
+// and only the fade metadata changes, at each fade's end.
+func curvePlan(eps []*model.Endpoint, curve fadein.Curve, step time.Time) fadein.RampPlan {
+	plan := fadein.RampPlan{Fading: make([]bool, len(eps))}
+	for i, ep := range eps {
+		if ep.FirstSeen.IsZero() || curve.Share(step.Sub(ep.FirstSeen)) >= 1 {
+			continue
 		}
-		p.ring = rs
-		p.notes = append(p.notes, rs.notes...)
-		for i, ep := range eps {
-			fe := p.byHostPort[ep.HostPort()]
-			fe.weight = rs.weights[i]
-			p.byHostPort[ep.HostPort()] = fe
+		plan.Fading[i] = true
+		if end := curve.EndStep(ep.FirstSeen); plan.Next.IsZero() || end.Before(plan.Next) {
+			plan.Next = end
 		}
 	}
+	return plan
+}
 
+// fadeStatus is what /debug/snapshot shows of each fading endpoint.
+func fadeStatus(eps []*model.Endpoint, p *fadePlan, plan fadein.RampPlan, step time.Time) []FadeStatus {
+	var out []FadeStatus
 	for i, ep := range eps {
 		fe := p.byHostPort[ep.HostPort()]
 		if !fe.fading {
@@ -176,7 +200,7 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 		if p.layout {
 			entries = plan.Counts[i]
 		}
-		p.status = append(p.status, FadeStatus{
+		out = append(out, FadeStatus{
 			Endpoint:     ep.HostPort(),
 			Start:        fe.start,
 			Duration:     p.curve.Duration,
@@ -187,7 +211,7 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 			FinalEntries: fe.entries,
 		})
 	}
-	return p, nil
+	return out
 }
 
 // walkOrder returns the cluster's endpoints in EDS order, the order both

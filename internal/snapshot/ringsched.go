@@ -94,7 +94,9 @@ func stepRing(c *model.Cluster, curve fadein.Curve, counts []uint64, fading bool
 	s := sched[i]
 	rs := &stepRingSizes{minRing: s.MinRing, maxRing: s.MaxRing, total: sum64(counts), weights: s.Weights}
 	if !fadein.PairExact(s.Weights, counts, s.MinRing, s.MaxRing) {
-		return nil, fmt.Errorf("ring size schedule: step %d weights do not build its counts", i)
+		// Only a ring past fadein.ExactWeights' limit gets here: its step
+		// is near exact (fadein.NearExactWeights).
+		rs.notes = append(rs.notes, fmt.Sprintf("fade-in: at %d entries a double's rounding may give an endpoint one entry more or less than planned (fadein.NearExactWeights)", rs.total))
 	}
 	rs.pairs = [][2]uint64{{s.MinRing, s.MaxRing}}
 	for _, nb := range []struct {
@@ -272,11 +274,12 @@ func steadyRing(counts []uint64, maxRing uint64) (*stepRingSizes, error) {
 	return exactRing(counts)
 }
 
-// exactRing pins the ring size at the total (fadein.ExactWeights): what a
-// step publishes when no minimum ring size can express its counts (an
-// endpoint held at 0 entries, or equal counts the rounding defeats).
+// exactRing pins the ring size at the total (fadein.ExactWeights, near
+// exact past its limit): what a step publishes when no minimum ring size
+// can express its counts (an endpoint held at 0 entries, or equal counts
+// the rounding defeats).
 func exactRing(counts []uint64) (*stepRingSizes, error) {
-	w, size, err := fadein.ExactWeights(counts)
+	w, size, err := fadein.NearExactWeights(counts)
 	if err != nil {
 		return nil, err
 	}

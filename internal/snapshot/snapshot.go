@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 )
 
@@ -96,6 +97,11 @@ type Snapshot struct {
 	// instant the snapshot was built. Shown on /debug/snapshot and counted
 	// in metrics.
 	Fading map[string][]FadeStatus
+	// Failed names, per cluster, why it could not be translated. Such a
+	// cluster keeps the resources of its last good translation, if it had
+	// one, and is left out otherwise: one cluster that cannot be built
+	// must not hold back every other cluster's updates.
+	Failed map[string]string
 }
 
 // FadeStatus is the progress of one endpoint fading in.
@@ -177,6 +183,7 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 		Kinds:  make(map[Kind]Resources, len(kinds)),
 		Notes:  make(map[string][]string),
 		Fading: make(map[string][]FadeStatus),
+		Failed: make(map[string]string),
 	}
 	for _, k := range kinds {
 		r := Resources{
@@ -196,15 +203,12 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 		if _, dup := next[c.Name]; dup {
 			return nil, fmt.Errorf("cluster %q: defined twice", c.Name)
 		}
-		cs := b.prev[c.Name]
-		if cs == nil || !cs.reusable() || !cs.model.Equal(c) {
-			memo := &ringMemo{}
-			if cs != nil && cs.ring != nil {
-				memo = cs.ring // it checks the model itself
-			}
-			var err error
-			if cs, err = buildClusterSet(c, now, memo); err != nil {
-				return nil, err
+		cs, failed := b.clusterSet(c, now)
+		if failed != nil {
+			snap.Failed[c.Name] = failed.Error()
+			if cs == nil {
+				snap.Notes[c.Name] = []string{"not published: " + failed.Error()}
+				continue
 			}
 		}
 		next[c.Name] = cs
@@ -223,8 +227,16 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 		if len(cs.fading) > 0 {
 			snap.Fading[c.Name] = cs.fading
 		}
-		if !cs.next.IsZero() && (snap.NextStep.IsZero() || cs.next.Before(snap.NextStep)) {
-			snap.NextStep = cs.next
+		step := cs.next
+		if failed != nil {
+			snap.Notes[c.Name] = append([]string{"serving the last good translation: " + failed.Error()}, cs.notes...)
+			// Its own next step may be long past; retry on the step grid
+			// instead, so a cluster that stays broken costs one attempt a
+			// step, not a busy loop.
+			step = fadein.StepTime(now).Add(fadein.StepInterval)
+		}
+		if !step.IsZero() && (snap.NextStep.IsZero() || step.Before(snap.NextStep)) {
+			snap.NextStep = step
 		}
 	}
 	for _, k := range kinds {
@@ -234,6 +246,26 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 	}
 	b.prev = next
 	return snap, nil
+}
+
+// clusterSet returns c translated for every kind: the previous build's
+// when nothing it depends on changed, else a new translation. When that
+// fails it returns the error and the previous build's set, the last good
+// one (nil if there is none).
+func (b *Builder) clusterSet(c *model.Cluster, now time.Time) (*clusterSet, error) {
+	prev := b.prev[c.Name]
+	if prev != nil && prev.reusable() && prev.model.Equal(c) {
+		return prev, nil
+	}
+	memo := &ringMemo{}
+	if prev != nil && prev.ring != nil {
+		memo = prev.ring // it checks the model itself
+	}
+	cs, err := buildClusterSet(c, now, memo)
+	if err != nil {
+		return prev, err
+	}
+	return cs, nil
 }
 
 // buildClusterSet translates and validates one cluster for every kind.
