@@ -36,6 +36,7 @@ type Publisher interface {
 	Current() *snapshot.Snapshot
 	Ready() bool
 	Clients() []server.ClientStatus
+	RefusedConnections() []server.RefusedConnection
 }
 
 // Options configure the debug handler.
@@ -378,8 +379,11 @@ func shortTypeName(typeURL string) string {
 func (h *Handler) clients(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Clients []server.ClientStatus `json:"clients"`
-		At      time.Time             `json:"at"`
-	}{h.opts.Server.Clients(), time.Now()})
+		// Refused lists the connections recently refused over a limit,
+		// including those with no stream left to show above.
+		Refused []server.RefusedConnection `json:"refused"`
+		At      time.Time                  `json:"at"`
+	}{h.opts.Server.Clients(), h.opts.Server.RefusedConnections(), time.Now()})
 }
 
 func (h *Handler) problems(w http.ResponseWriter, _ *http.Request) {

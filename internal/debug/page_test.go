@@ -44,6 +44,8 @@ func (f *fakePublisher) Clients() []server.ClientStatus {
 	return f.clients
 }
 
+func (f *fakePublisher) RefusedConnections() []server.RefusedConnection { return nil }
+
 func (f *fakePublisher) set(s *snapshot.Snapshot) {
 	f.mu.Lock()
 	f.snap = s

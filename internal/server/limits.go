@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,9 +127,26 @@ func servedType(typeURL string) bool {
 	return false
 }
 
+// RefusedConnection is a connection the server refused something on,
+// whether or not any of its streams is still open: a client whose only
+// stream was refused has no other trace on /debug/clients.
+type RefusedConnection struct {
+	Connection uint64 `json:"connection"`
+	// Peer is the client's address, when the connection was tagged.
+	Peer string `json:"peer,omitempty"`
+	// Node is the first node ID a refused request named, if any.
+	Node      string     `json:"node,omitempty"`
+	LimitHits []LimitHit `json:"limit_hits"`
+}
+
+// maxRefusedRecords bounds the refused connections remembered for
+// /debug/clients: a flood of refusals must not grow the record.
+const maxRefusedRecords = 64
+
 // connState is what the server knows of one gRPC connection.
 type connState struct {
 	id      uint64
+	peer    string
 	streams atomic.Int64
 	names   atomic.Int64
 	// refused: the connection arrived over the connection rate; every
@@ -175,6 +193,41 @@ type limiter struct {
 	// refused holds the connections over the connection rate, by remote
 	// address, until gRPC has tagged them.
 	refused sync.Map
+
+	// recent holds the last maxRefusedRecords connections refused
+	// anything, oldest first.
+	recentMu sync.Mutex
+	recent   []*connState
+}
+
+// remember records cs among the recently refused connections.
+func (l *limiter) remember(cs *connState) {
+	l.recentMu.Lock()
+	defer l.recentMu.Unlock()
+	if i := slices.Index(l.recent, cs); i >= 0 {
+		l.recent = slices.Delete(l.recent, i, i+1)
+	} else if len(l.recent) >= maxRefusedRecords {
+		l.recent = slices.Delete(l.recent, 0, 1)
+	}
+	l.recent = append(l.recent, cs)
+}
+
+// refusedConnections lists the recently refused connections, the most
+// recent first.
+func (l *limiter) refusedConnections() []RefusedConnection {
+	l.recentMu.Lock()
+	recent := slices.Clone(l.recent)
+	l.recentMu.Unlock()
+	out := make([]RefusedConnection, 0, len(recent))
+	for i := len(recent) - 1; i >= 0; i-- {
+		cs := recent[i]
+		hits := cs.limitHits()
+		cs.mu.Lock()
+		node := cs.firstNode
+		cs.mu.Unlock()
+		out = append(out, RefusedConnection{Connection: cs.id, Peer: cs.peer, Node: node, LimitHits: hits})
+	}
+	return out
 }
 
 func newLimiter(l Limits, log *zap.Logger, m *metrics, now func() time.Time) *limiter {
@@ -220,6 +273,7 @@ func (l *limiter) refuse(cs *connState, limit string, code codes.Code, node, for
 		cs.unlogged[limit]++
 	}
 	cs.mu.Unlock()
+	l.remember(cs)
 	if logIt {
 		l.log.Warn("xDS client over a limit; refused", zap.Uint64("connection", cs.id), zap.String("node", node),
 			zap.String("limit", limit), zap.String("reason", msg), zap.Int("refusals_since_last_log", skipped))
@@ -266,6 +320,7 @@ type connTagger struct{ l *limiter }
 func (t connTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
 	cs := t.l.newConn()
 	if info.RemoteAddr != nil {
+		cs.peer = info.RemoteAddr.String()
 		if rc, ok := t.l.refused.Load(info.RemoteAddr.String()); ok {
 			cs.refused = rc.(*refusedConn)
 		}

@@ -452,3 +452,37 @@ func TestNodeIsSlimmed(t *testing.T) {
 		t.Errorf("identity lost: %v", n)
 	}
 }
+
+// A client whose only stream was refused leaves no stream behind to list,
+// so the refusal itself is remembered for /debug/clients: by connection,
+// with its peer and limit, and for at most maxRefusedRecords connections
+// however many are refused.
+func TestRefusedConnectionsAreListedAndBounded(t *testing.T) {
+	lim := noLimits()
+	lim.StreamsPerConnection = 1
+	ls := startLimited(t, lim)
+	cc := ls.dial(t)
+	st := adsStream(t, cc, "holder", resource.ClusterType)
+	recvType(t, st, resource.ClusterType)
+	wantRefused(t, adsStream(t, cc, "second", resource.ClusterType), codes.ResourceExhausted, "--max-streams-per-connection")
+	refused := ls.s.RefusedConnections()
+	if len(refused) != 1 || len(refused[0].LimitHits) != 1 || refused[0].LimitHits[0].Limit != LimitStreamsPerConnection ||
+		!strings.HasPrefix(refused[0].Peer, "127.0.0.1:") {
+		t.Fatalf("refused connections %+v, want the one over %s with its peer", refused, LimitStreamsPerConnection)
+	}
+
+	lim = noLimits()
+	lim.MaxMessageBytes = 1024
+	ls = startLimited(t, lim)
+	for range maxRefusedRecords + 6 {
+		big := adsStream(t, ls.dial(t), strings.Repeat("n", 1500), resource.ClusterType)
+		wantRefused(t, big, codes.ResourceExhausted, "--max-message-bytes")
+	}
+	refused = ls.s.RefusedConnections()
+	if len(refused) != maxRefusedRecords {
+		t.Fatalf("%d refused connections remembered, want the last %d", len(refused), maxRefusedRecords)
+	}
+	if refused[0].Connection <= refused[1].Connection {
+		t.Errorf("not the most recent first: %d then %d", refused[0].Connection, refused[1].Connection)
+	}
+}

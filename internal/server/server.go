@@ -516,6 +516,10 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // Clients returns the status of every open xDS stream.
 func (s *Server) Clients() []ClientStatus { return s.registry.snapshot() }
 
+// RefusedConnections lists the last connections (at most 64) the server
+// refused anything on, over a limit, the most recent first.
+func (s *Server) RefusedConnections() []RefusedConnection { return s.limiter.refusedConnections() }
+
 // NumWatches reports open watches across all caches, for tests and metrics.
 func (s *Server) NumWatches() int {
 	n := 0
