@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func FuzzKubeAnnotations(f *testing.F) {
 			}
 		}
 		var reported []string
-		_, portName, served := kubeServiceSettings(svc, func(kind, object, field, format string, args ...any) {
+		_, portName, served := kubeServiceSettings(svc, model.MaxRingSize, func(kind, object, field, format string, args ...any) {
 			reported = append(reported, field)
 		})
 		if served != (len(reported) == 0) {
@@ -103,7 +104,60 @@ func FuzzKubeAnnotations(f *testing.F) {
 			}
 		}
 		checkSettingsAsFile(t, settings)
+		if served {
+			checkRingSizeCaps(t, svc, settings)
+		}
 	})
+}
+
+// checkRingSizeCaps serves svc, whose settings are valid, under ring size
+// caps below, at and above the defaults: it must be served under each,
+// with sizes within the cap, the sizes it asked for when they fit, and a
+// notice on a ring size annotation (or the fade-in capacity) only when
+// something was lowered. The capped settings must mean the same as an
+// endpoints file.
+func checkRingSizeCaps(t *testing.T, svc *corev1.Service, uncapped kubeSettings) {
+	t.Helper()
+	want := uncapped.cluster("svc.ns", nil)
+	for _, maxRing := range []uint64{1, 1000, DefaultKubeMaxRingSize} {
+		var notices []string
+		capped, _, served := kubeServiceSettings(svc, maxRing, func(kind, object, field, format string, args ...any) {
+			notices = append(notices, field)
+		})
+		if !served {
+			t.Fatalf("cap %d: a valid Service is not served (problems on %q)", maxRing, notices)
+		}
+		got := capped.cluster("svc.ns", nil)
+		if want.MaxRingSize <= maxRing {
+			if len(notices) > 0 || !reflect.DeepEqual(got, want) {
+				t.Fatalf("cap %d: settings that fit became %+v with notices %q", maxRing, got, notices)
+			}
+			continue
+		}
+		if got.MaxRingSize != maxRing || got.MinRingSize != min(want.MinRingSize, maxRing) {
+			t.Fatalf("cap %d: ring sizes %d..%d capped to %d..%d", maxRing, want.MinRingSize, want.MaxRingSize, got.MinRingSize, got.MaxRingSize)
+		}
+		// A notice for each value written over the cap; defaults are
+		// lowered without one.
+		var wantNotices []string
+		over := func(key string, v uint64) {
+			if _, ok := svc.Annotations[key]; ok && v > maxRing {
+				wantNotices = append(wantNotices, key)
+			}
+		}
+		over(AnnotationRingSize, uncapped.maxRingSize)
+		if _, ok := svc.Annotations[AnnotationRingSize]; !ok {
+			over(AnnotationMinRingSize, uncapped.minRingSize)
+			over(AnnotationMaxRingSize, uncapped.maxRingSize)
+		}
+		if want.FadeIn != nil && want.FadeIn.Capacity > maxRing {
+			wantNotices = append(wantNotices, AnnotationFadeInCapacity)
+		}
+		if !slices.Equal(notices, wantNotices) {
+			t.Fatalf("cap %d: notices on %q, want on %q", maxRing, notices, wantNotices)
+		}
+		checkSettingsAsFile(t, capped)
+	}
 }
 
 // checkSettingsAsFile writes settings the Kubernetes source accepted as an
@@ -258,13 +312,13 @@ func FuzzKubeEndpoints(f *testing.F) {
 		b := fuzzKubeBytes(data)
 		svc := fuzzKubeService(&b)
 		t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-		builder := kubeNewBuilder()
+		builder := kubeNewBuilder(DefaultKubeMaxRingSize)
 		for round, now := range []time.Time{t0, t0.Add(time.Duration(b.byte()) * time.Second / 4)} {
 			var slices []*discoveryv1.EndpointSlice
 			for range b.byte() % 4 {
 				slices = append(slices, fuzzSlice(&b, now))
 			}
-			settings, portName, ok := kubeServiceSettings(svc, func(kind, object, field, format string, args ...any) {
+			settings, portName, ok := kubeServiceSettings(svc, DefaultKubeMaxRingSize, func(kind, object, field, format string, args ...any) {
 				t.Fatalf("the fuzzed Service's annotations are refused: %s %s", field, format)
 			})
 			if !ok {

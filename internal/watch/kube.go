@@ -36,6 +36,21 @@ const (
 	DefaultKubeMaxDelay = time.Second
 )
 
+// DefaultKubeMaxRingSize is the default KubeOptions.MaxRingSize, 65,536
+// entries: the largest ring whose fades fadein orders exactly (larger ones
+// follow each endpoint's own curve, docs/fade-in.md), 16 times the 4096
+// every gRPC client caps its ring at anyway, and about 1.5 MiB per cluster
+// in each Envoy (24 bytes an entry) where Envoy's own limit, 8,388,608,
+// costs 192 MiB and a rebuild of that ring on every EDS update of a fade.
+// docs/kubernetes.md, "Ring size cap", has the reasoning.
+const DefaultKubeMaxRingSize = 1 << 16
+
+// KubeMaxRingSizeFlag is the xds-server flag that sets
+// KubeOptions.MaxRingSize. It is declared here so that the problems the
+// cap causes name the flag a tenant must ask the operator about, and the
+// flag cannot be renamed without them.
+const KubeMaxRingSizeFlag = "kube-max-ring-size"
+
 // kubeIndexByService indexes EndpointSlices by "namespace/service".
 const kubeIndexByService = "ringxds-service"
 
@@ -55,6 +70,17 @@ type KubeOptions struct {
 	// MaxDelay bounds how long a change waits while events keep arriving.
 	// Zero means DefaultKubeMaxDelay (or Debounce, if that is longer).
 	MaxDelay time.Duration
+	// MaxRingSize caps the ring sizes a Service may ask for, in entries.
+	// Annotations are tenant input, and a ring of Envoy's largest size
+	// costs every Envoy and clientlib that reads the cluster, and the
+	// server's fade-in planning, far more than the cluster needs. A
+	// Service asking for more is still served, with its ring sizes (and
+	// its fade-in capacity) lowered to the cap, and a Problem names the
+	// annotation. The cap applies to the defaults too, when it is below
+	// them. Zero means DefaultKubeMaxRingSize; model.MaxRingSize, Envoy's
+	// limit, caps nothing. The file source is operator input and has no
+	// cap.
+	MaxRingSize uint64
 	// Logger receives the source's logs; nil discards them.
 	Logger *zap.Logger
 	// Registerer receives the source's metrics; nil leaves them unregistered.
@@ -112,6 +138,12 @@ func NewKubeSource(client kubernetes.Interface, opts KubeOptions) (*KubeSource, 
 	}
 	if opts.MaxDelay == 0 {
 		opts.MaxDelay = max(DefaultKubeMaxDelay, opts.Debounce)
+	}
+	if opts.MaxRingSize > model.MaxRingSize {
+		return nil, fmt.Errorf("kubernetes source: max ring size %d is above Envoy's limit %d", opts.MaxRingSize, model.MaxRingSize)
+	}
+	if opts.MaxRingSize == 0 {
+		opts.MaxRingSize = DefaultKubeMaxRingSize
 	}
 	if opts.MaxDelay < opts.Debounce {
 		return nil, fmt.Errorf("kubernetes source: max delay %v is shorter than debounce %v", opts.MaxDelay, opts.Debounce)
@@ -190,7 +222,8 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 	defer sliceFactory.Shutdown()
 
 	s.log.Info("waiting for informer caches", zap.String("namespace", s.opts.Namespace),
-		zap.String("selector", s.selector.String()), zap.String("endpointslice_selector", s.sliceSelector.String()))
+		zap.String("selector", s.selector.String()), zap.String("endpointslice_selector", s.sliceSelector.String()),
+		zap.Uint64("max_ring_size", s.opts.MaxRingSize))
 	// The handlers' registrations sync once the initial listing has also
 	// reached the handlers, so the cached-objects gauge is right from the
 	// first State on.
@@ -199,7 +232,7 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 	}
 	s.log.Info("informer caches synced")
 
-	r := &kubeRebuilder{s: s, b: kubeNewBuilder(), services: svcLister, slices: sliceIndexer, publish: publish}
+	r := &kubeRebuilder{s: s, b: kubeNewBuilder(s.opts.MaxRingSize), services: svcLister, slices: sliceIndexer, publish: publish}
 	return s.kubeLoop(ctx, r.rebuild)
 }
 

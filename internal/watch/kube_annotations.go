@@ -202,6 +202,51 @@ func (s kubeSettings) cluster(name string, eps []model.Endpoint) model.Cluster {
 	return c
 }
 
+// kubeCapRingSizes lowers the ring sizes of valid settings s, defaults
+// included, to maxRing (KubeOptions.MaxRingSize, at least 1), and the
+// fade-in capacity with them, which may not exceed the maximum ring size.
+// It returns a notice for each annotation that asked for more. Defaults
+// above the cap (an operator's cap below 4096) are lowered without one:
+// the Service asked for nothing.
+//
+// It is not part of kubeParseSettings, and so not of the admission rule
+// (KubeServiceProblems): the cap is a setting of each server, which an
+// admission policy shared by every replica and version cannot know, and a
+// value over it is still a valid ring size.
+func kubeCapRingSizes(s *kubeSettings, a map[string]string, maxRing uint64) []kubeAnnotationError {
+	// The sizes the Service gets from its annotations and the defaults;
+	// kubeParseSettings has checked that the minimum is not above the
+	// maximum, so the maximum alone tells whether anything is over.
+	c := s.cluster("cap", nil)
+	if c.MaxRingSize <= maxRing {
+		return nil
+	}
+	var out []kubeAnnotationError
+	over := func(key, what string, asked uint64) {
+		out = append(out, kubeAnnotationError{annotation: key, msg: fmt.Sprintf(
+			"%d is above %d, the largest ring size this server gives a Service (--%s, set by its operator); the Service is served with %s %d",
+			asked, maxRing, KubeMaxRingSizeFlag, what, maxRing)})
+	}
+	if _, ok := a[AnnotationRingSize]; ok {
+		over(AnnotationRingSize, "minimum and maximum ring size", s.maxRingSize)
+	} else {
+		if s.minRingSize > maxRing {
+			over(AnnotationMinRingSize, "minimum ring size", s.minRingSize)
+		}
+		if s.maxRingSize > maxRing {
+			over(AnnotationMaxRingSize, "maximum ring size", s.maxRingSize)
+		}
+	}
+	s.minRingSize, s.maxRingSize = min(c.MinRingSize, maxRing), maxRing
+	if s.fadeIn != nil && s.fadeIn.Capacity > maxRing {
+		out = append(out, kubeAnnotationError{annotation: AnnotationFadeInCapacity, msg: fmt.Sprintf(
+			"%d is above the maximum ring size %d the Service is served with (--%s); the ring is laid out for a capacity of %d",
+			s.fadeIn.Capacity, maxRing, KubeMaxRingSizeFlag, maxRing)})
+		s.fadeIn.Capacity = maxRing
+	}
+	return out
+}
+
 // kubeParseFadeIn reads "off", "on", "30s" or "30s,2.5".
 func kubeParseFadeIn(v string) (*model.FadeIn, error) {
 	v = strings.TrimSpace(v)

@@ -1,6 +1,9 @@
 package watch
 
 import (
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +125,100 @@ func TestKubeResolvePort(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, tt.result)
 			}
 		})
+	}
+}
+
+// Ring sizes over the operator's cap are lowered to it, not refused: the
+// Service is served, and each annotation that asked for more is named with
+// its value, the cap and the flag that sets it.
+func TestKubeCapRingSizes(t *testing.T) {
+	const maxRing = 65536
+	fade := map[string]string{AnnotationFadeIn: "on"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		a := map[string]string{}
+		for k, v := range base {
+			a[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			a[kv[i]] = kv[i+1]
+		}
+		return a
+	}
+	tests := []struct {
+		name             string
+		a                map[string]string
+		maxRing          uint64
+		minSize, maxSize uint64
+		capacity         uint64
+		notices          []string // annotation and value of each notice
+	}{
+		{name: "defaults fit", a: map[string]string{}, maxRing: maxRing, minSize: 4096, maxSize: 4096},
+		{name: "at the cap", a: with(nil, AnnotationRingSize, "65536"), maxRing: maxRing, minSize: maxRing, maxSize: maxRing},
+		{name: "ring size over", a: with(fade, AnnotationRingSize, "8388608"), maxRing: maxRing, minSize: maxRing, maxSize: maxRing,
+			notices: []string{AnnotationRingSize + " 8388608"}},
+		{name: "max over, min defaulted", a: with(nil, AnnotationMaxRingSize, "1000000"), maxRing: maxRing, minSize: 1024, maxSize: maxRing,
+			notices: []string{AnnotationMaxRingSize + " 1000000"}},
+		{name: "min over, max defaulted", a: with(nil, AnnotationMinRingSize, "100000"), maxRing: maxRing, minSize: maxRing, maxSize: maxRing,
+			notices: []string{AnnotationMinRingSize + " 100000"}},
+		{name: "both over", a: with(nil, AnnotationMinRingSize, "70000", AnnotationMaxRingSize, "80000"), maxRing: maxRing, minSize: maxRing, maxSize: maxRing,
+			notices: []string{AnnotationMinRingSize + " 70000", AnnotationMaxRingSize + " 80000"}},
+		{name: "max over, min fits", a: with(nil, AnnotationMinRingSize, "2048", AnnotationMaxRingSize, "131072"), maxRing: maxRing, minSize: 2048, maxSize: maxRing,
+			notices: []string{AnnotationMaxRingSize + " 131072"}},
+		{name: "capacity over with the ring", a: with(fade, AnnotationRingSize, "1048576", AnnotationFadeInCapacity, "100000"), maxRing: maxRing,
+			minSize: maxRing, maxSize: maxRing, capacity: maxRing,
+			notices: []string{AnnotationRingSize + " 1048576", AnnotationFadeInCapacity + " 100000"}},
+		{name: "capacity under the cap kept", a: with(fade, AnnotationRingSize, "1048576", AnnotationFadeInCapacity, "100"), maxRing: maxRing,
+			minSize: maxRing, maxSize: maxRing, capacity: 100, notices: []string{AnnotationRingSize + " 1048576"}},
+		// An operator's cap below the defaults lowers them without a
+		// notice: the Service asked for nothing.
+		{name: "defaults over a low cap", a: map[string]string{}, maxRing: 1000, minSize: 1000, maxSize: 1000},
+		{name: "min fits a low cap, max defaulted", a: with(nil, AnnotationMinRingSize, "512"), maxRing: 1000, minSize: 512, maxSize: 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			var msgs []string
+			s, _, ok := kubeServiceSettings(kubeAnnotated(tt.a, corev1.ServicePort{Name: "http", Port: 80}), tt.maxRing,
+				func(kind, object, field, format string, args ...any) {
+					msg := fmt.Sprintf(format, args...)
+					if kind != "annotation" || object != "ns/svc" {
+						t.Errorf("notice %s %s %s: %s", kind, object, field, msg)
+					}
+					got = append(got, field+" "+strings.Fields(msg)[0])
+					msgs = append(msgs, msg)
+				})
+			if !ok {
+				t.Fatalf("not served; notices %q", msgs)
+			}
+			c := s.cluster("svc.ns", []model.Endpoint{{Address: "10.0.0.1", Port: 80}})
+			if err := c.Validate(); err != nil {
+				t.Fatalf("capped cluster is invalid: %v", err)
+			}
+			if c.MinRingSize != tt.minSize || c.MaxRingSize != tt.maxSize {
+				t.Errorf("ring sizes %d..%d, want %d..%d", c.MinRingSize, c.MaxRingSize, tt.minSize, tt.maxSize)
+			}
+			if c.FadeIn != nil && c.FadeIn.Capacity != tt.capacity {
+				t.Errorf("fade-in capacity %d, want %d", c.FadeIn.Capacity, tt.capacity)
+			}
+			if !slices.Equal(got, tt.notices) {
+				t.Fatalf("notices %q, want on %q", msgs, tt.notices)
+			}
+			for _, m := range msgs {
+				for _, w := range []string{strconv.FormatUint(tt.maxRing, 10), "--" + KubeMaxRingSizeFlag, "served with"} {
+					if !strings.Contains(m, w) {
+						t.Errorf("notice %q does not say %q", m, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The cap is a server setting: the admission rule, which every replica and
+// version shares, does not judge it.
+func TestKubeServiceProblemsIgnoreTheCap(t *testing.T) {
+	svc := kubeAnnotated(map[string]string{AnnotationEnabled: "true", AnnotationRingSize: "8388608"}, corev1.ServicePort{Name: "http", Port: 80})
+	if p := KubeServiceProblems(svc); p != nil {
+		t.Fatalf("problems %q for a ring size Envoy accepts", p)
 	}
 }

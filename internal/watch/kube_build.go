@@ -36,6 +36,9 @@ type kubeProblem struct {
 // alike: a memory of its last valid settings would not survive a restart,
 // and a replica started during the mistake would serve something else.
 type kubeBuilder struct {
+	// maxRingSize is KubeOptions.MaxRingSize: the ring sizes of every
+	// Service are lowered to it (kubeCapRingSizes).
+	maxRingSize uint64
 	// joined maps cluster name -> endpoint identity (its ring key: with a
 	// hash key, a Pod restarted under a new IP keeps it) -> the
 	// endpoint as the last build emitted it, FirstSeen holding the time it
@@ -55,11 +58,12 @@ type kubeBuilder struct {
 	draining map[string]bool
 }
 
-func kubeNewBuilder() *kubeBuilder {
+func kubeNewBuilder(maxRingSize uint64) *kubeBuilder {
 	return &kubeBuilder{
-		joined:    make(map[string]map[string]model.Endpoint),
-		hashKeyOf: make(map[string]string),
-		departed:  make(map[string][]model.Departure),
+		maxRingSize: maxRingSize,
+		joined:      make(map[string]map[string]model.Endpoint),
+		hashKeyOf:   make(map[string]string),
+		departed:    make(map[string][]model.Departure),
 	}
 }
 
@@ -108,7 +112,7 @@ func (b *kubeBuilder) build(services []*corev1.Service, slicesOf func(namespace,
 			report("annotation", key, AnnotationEnabled, "%q: want \"true\" or \"false\"", v)
 			continue
 		}
-		settings, portName, ok := kubeServiceSettings(svc, report)
+		settings, portName, ok := kubeServiceSettings(svc, b.maxRingSize, report)
 		if !ok {
 			// Forgotten, as a Service never opted in: a replica started
 			// now knows nothing of it either.
@@ -263,10 +267,12 @@ func (b *kubeBuilder) forget(live map[string]bool) {
 	}
 }
 
-// kubeServiceSettings reads svc's annotations and resolves its port,
-// reporting every problem. ok is false when anything is wrong: the Service
-// is then not served (see kubeBuilder).
-func kubeServiceSettings(svc *corev1.Service, report func(kind, object, field, format string, args ...any)) (settings kubeSettings, portName string, ok bool) {
+// kubeServiceSettings reads svc's annotations, resolves its port and
+// lowers its ring sizes to maxRingSize, reporting every problem. ok is
+// false when anything is wrong: the Service is then not served (see
+// kubeBuilder). A ring size over the cap is not wrong, only more than
+// this server gives: the Service is served, capped, and the cap reported.
+func kubeServiceSettings(svc *corev1.Service, maxRingSize uint64, report func(kind, object, field, format string, args ...any)) (settings kubeSettings, portName string, ok bool) {
 	key := svc.Namespace + "/" + svc.Name
 	settings, errs := kubeParseSettings(svc)
 	if len(errs) == 0 {
@@ -278,7 +284,13 @@ func kubeServiceSettings(svc *corev1.Service, report func(kind, object, field, f
 	for _, e := range errs {
 		report("annotation", key, e.annotation, "%s; the Service is not served until this is fixed", e.msg)
 	}
-	return settings, portName, len(errs) == 0
+	if len(errs) > 0 {
+		return settings, portName, false
+	}
+	for _, e := range kubeCapRingSizes(&settings, svc.Annotations, maxRingSize) {
+		report("annotation", key, e.annotation, "%s", e.msg)
+	}
+	return settings, portName, true
 }
 
 // sortDepartures puts departures in the order every replica and version

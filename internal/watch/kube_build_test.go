@@ -43,7 +43,7 @@ func TestKubeBuildFadeIn(t *testing.T) {
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})},
 		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.1")}},
 	}
-	b := kubeNewBuilder()
+	b := kubeNewBuilder(DefaultKubeMaxRingSize)
 	s, _, next := b.build(f.svcs, f.slicesOf, t0.Add(time.Hour))
 	if ep := s.Clusters[0].Endpoints[0]; !ep.FirstSeen.IsZero() || !next.IsZero() {
 		t.Fatalf("first build: FirstSeen %v, next %v; want established and no timer", ep.FirstSeen, next)
@@ -82,7 +82,7 @@ func TestKubeBuildFadeIn(t *testing.T) {
 	// Once every window has passed the endpoints read as established, the
 	// same State a freshly started replica builds.
 	s, _, next = b.build(f.svcs, f.slicesOf, later.Add(time.Minute))
-	fresh, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, later.Add(time.Minute))
+	fresh, _, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, later.Add(time.Minute))
 	if !reflect.DeepEqual(s, fresh) || !next.IsZero() {
 		t.Fatalf("after the fade-in: %+v (next %v), a fresh replica builds %+v", s, next, fresh)
 	}
@@ -99,13 +99,13 @@ func TestKubeBuildDualStackAndDedup(t *testing.T) {
 			kubeFixtureSlice("v4-a", discoveryv1.AddressTypeIPv4, now, "10.0.0.1", "10.0.0.10"),
 		}},
 	}
-	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, now)
+	s, problems, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, now)
 	want := []string{"10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.10:8080"}
 	if got := kubeAddrs(s, "svc.ns"); !reflect.DeepEqual(got, want) || len(problems) > 0 {
 		t.Fatalf("got %v (problems %v), want %v: one family, deduplicated, numerically sorted", got, problems, want)
 	}
 	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
-	s, _, _ = kubeNewBuilder().build(f.svcs, f.slicesOf, now)
+	s, _, _ = kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, now)
 	if got := kubeAddrs(s, "svc.ns"); !reflect.DeepEqual(got, []string{"[fd00::1]:8080"}) {
 		t.Fatalf("IPv6-primary Service: got %v", got)
 	}
@@ -115,7 +115,7 @@ func TestKubeBuildBadAddressIsSkipped(t *testing.T) {
 	now := time.Now()
 	sl := kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, now, "10.0.0.1", "fd00::1", "not-an-ip")
 	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(nil)}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}}}
-	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, now)
+	s, problems, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, now)
 	if got := kubeAddrs(s, "svc.ns"); !reflect.DeepEqual(got, []string{"10.0.0.1:8080"}) {
 		t.Fatalf("got %v", got)
 	}
@@ -151,7 +151,7 @@ func TestKubeBuildDeparturesDuringFadeIn(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
 	f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
-	b := kubeNewBuilder()
+	b := kubeNewBuilder(DefaultKubeMaxRingSize)
 	s, _, _ := b.build(f.svcs, f.slicesOf, t0)
 	b2 := kubeBuildEndpoint(t, s, "10.0.0.2:8080")
 
@@ -198,7 +198,7 @@ func TestKubeBuildDeparturesDuringFadeIn(t *testing.T) {
 	// the State is the one a fresh replica builds.
 	end := back.Add(30 * time.Second)
 	s, _, next = b.build(f.svcs, f.slicesOf, end)
-	fresh, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, end)
+	fresh, _, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, end)
 	if !reflect.DeepEqual(s, fresh) || !next.IsZero() || s.Clusters[0].Departed != nil {
 		t.Fatalf("after the fades: %+v (next %v), a fresh replica builds %+v", s, next, fresh)
 	}
@@ -223,7 +223,7 @@ func TestKubeBuildDepartedFadeKeepsStarts(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
 	f.kubeBuildSet(t0, "10.0.0.1")
-	b := kubeNewBuilder()
+	b := kubeNewBuilder(DefaultKubeMaxRingSize)
 	b.build(f.svcs, f.slicesOf, t0)
 
 	b1 := t0.Add(time.Hour)
@@ -266,7 +266,7 @@ func TestKubeBuildNoDeparturesWithoutFadeIn(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(nil)}, slices: map[string][]*discoveryv1.EndpointSlice{}}
 	f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
-	b := kubeNewBuilder()
+	b := kubeNewBuilder(DefaultKubeMaxRingSize)
 	b.build(f.svcs, f.slicesOf, t0)
 	f.kubeBuildSet(t0.Add(time.Second), "10.0.0.1", "10.0.0.3")
 	b.build(f.svcs, f.slicesOf, t0.Add(time.Second))
@@ -294,7 +294,7 @@ func TestKubeBuildDepartureTimeFromSlices(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &kubeFixture{svcs: []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})}, slices: map[string][]*discoveryv1.EndpointSlice{}}
 			f.kubeBuildSet(t0, "10.0.0.1", "10.0.0.2")
-			b := kubeNewBuilder()
+			b := kubeNewBuilder(DefaultKubeMaxRingSize)
 			b.build(f.svcs, f.slicesOf, t0)
 			f.kubeBuildSet(joined, "10.0.0.1", "10.0.0.2", "10.0.0.3")
 			b.build(f.svcs, f.slicesOf, joined)
@@ -373,7 +373,7 @@ func TestKubeBuildHashKey(t *testing.T) {
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationHashKey: KubeHashKeyPodName})},
 		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}},
 	}
-	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	s, problems, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, t0)
 	if err := s.Normalize(); err != nil {
 		t.Fatalf("the state is invalid: %v", err)
 	}
@@ -399,7 +399,7 @@ func TestKubeBuildHashKey(t *testing.T) {
 	}
 
 	f.svcs[0].Annotations[AnnotationHashKey] = "pod"
-	if s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0); len(s.Clusters) != 0 || len(problems) != 1 || problems[0].Field != AnnotationHashKey {
+	if s, problems, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, t0); len(s.Clusters) != 0 || len(problems) != 1 || problems[0].Field != AnnotationHashKey {
 		t.Fatalf("a bad hash-key: clusters %v, problems %+v; want the Service withdrawn and the annotation named", s.Clusters, problems)
 	}
 }
@@ -418,7 +418,7 @@ func TestKubeBuildHashKeyChangeStartsOver(t *testing.T) {
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})},
 		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {sl}},
 	}
-	b := kubeNewBuilder()
+	b := kubeNewBuilder(DefaultKubeMaxRingSize)
 	b.build(f.svcs, f.slicesOf, t0)
 	f.svcs[0].Annotations[AnnotationHashKey] = KubeHashKeyPodName
 	s, _, next := b.build(f.svcs, f.slicesOf, t0.Add(time.Second))
@@ -465,13 +465,13 @@ func TestKubeBuildFirstEndpointsAreEstablished(t *testing.T) {
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationFadeIn: "30s"})},
 		slices: map[string][]*discoveryv1.EndpointSlice{},
 	}
-	running := kubeNewBuilder()
+	running := kubeNewBuilder(DefaultKubeMaxRingSize)
 	if s, _, _ := running.build(f.svcs, f.slicesOf, t0); len(s.Clusters) != 0 {
 		t.Fatalf("clusters %v with no endpoints", s.Clusters)
 	}
 	f.slices["ns/svc"] = []*discoveryv1.EndpointSlice{kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0.Add(time.Second), "10.0.0.1", "10.0.0.2")}
 	a, _, _ := running.build(f.svcs, f.slicesOf, t0.Add(2*time.Second))
-	b, _, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0.Add(2*time.Second))
+	b, _, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, t0.Add(2*time.Second))
 	if !reflect.DeepEqual(a.Clusters, b.Clusters) {
 		t.Fatalf("the running replica publishes %+v, a fresh one %+v", a.Clusters, b.Clusters)
 	}
@@ -490,12 +490,12 @@ func TestKubeBuildReaders(t *testing.T) {
 		svcs:   []*corev1.Service{kubeFixtureService(map[string]string{AnnotationReaders: "checkout, spiffe://cluster.local/ns/web/sa/frontend"})},
 		slices: map[string][]*discoveryv1.EndpointSlice{"ns/svc": {kubeFixtureSlice("a", discoveryv1.AddressTypeIPv4, t0, "10.0.0.1")}},
 	}
-	s, problems, _ := kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	s, problems, _ := kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, t0)
 	if len(problems) != 0 || len(s.Clusters) != 1 || !reflect.DeepEqual(s.Clusters[0].Readers, []string{"checkout", "spiffe://cluster.local/ns/web/sa/frontend"}) {
 		t.Fatalf("clusters %+v, problems %+v; want the readers on the cluster", s.Clusters, problems)
 	}
 	f.svcs[0].Annotations[AnnotationReaders] = "checkout,Web"
-	s, problems, _ = kubeNewBuilder().build(f.svcs, f.slicesOf, t0)
+	s, problems, _ = kubeNewBuilder(DefaultKubeMaxRingSize).build(f.svcs, f.slicesOf, t0)
 	if len(s.Clusters) != 0 || len(problems) != 1 || problems[0].Field != AnnotationReaders || !strings.Contains(problems[0].Message, `"Web"`) {
 		t.Fatalf("clusters %+v, problems %+v; want the Service withdrawn and the reader named", s.Clusters, problems)
 	}

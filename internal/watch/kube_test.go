@@ -497,6 +497,8 @@ func TestKubeSource(t *testing.T) {
 
 	t.Run("HashKeyKeepsRingPositionsAcrossRestart", func(t *testing.T) { kubeTestHashKeyRestart(t, env) })
 
+	t.Run("RingSizeCapped", func(t *testing.T) { kubeTestRingSizeCap(t, env) })
+
 	t.Run("BadSliceData", func(t *testing.T) {
 		ns := env.Namespace(t)
 		kubeCreateService(t, c, ns, "slc", kubeOptIn(nil))
