@@ -53,13 +53,20 @@ func newKubeSource(ctx context.Context, cfg config, log *zap.Logger, reg prometh
 	if err := kubeCheckAccess(checkCtx, client, rc.Host, cfg.namespace, log); err != nil {
 		return nil, err
 	}
-	return watch.NewKubeSource(client, watch.KubeOptions{
+	return watch.NewKubeSource(client, kubeOptions(cfg, log, reg))
+}
+
+// kubeOptions are the Kubernetes source's options from the command line.
+func kubeOptions(cfg config, log *zap.Logger, reg prometheus.Registerer) watch.KubeOptions {
+	return watch.KubeOptions{
 		Namespace:       cfg.namespace,
 		ServiceSelector: cfg.serviceSelector,
 		Debounce:        cfg.debounce,
-		Logger:          log.Named("kubernetes"),
-		Registerer:      reg,
-	})
+		// parseFlags has checked it is in 1..model.MaxRingSize.
+		MaxRingSize: uint64(cfg.kubeMaxRingSize),
+		Logger:      log.Named("kubernetes"),
+		Registerer:  reg,
+	}
 }
 
 // kubeAccess is one permission the Kubernetes source needs.

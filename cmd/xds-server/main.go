@@ -64,6 +64,7 @@ type config struct {
 	kubeconfig        string
 	namespace         string
 	serviceSelector   string
+	kubeMaxRingSize   int64
 	debounce          time.Duration
 	maxConnAge        time.Duration
 	limits            server.Limits
@@ -100,6 +101,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for --source=kubernetes (default: in-cluster config)")
 	fs.StringVar(&c.namespace, "namespace", "", "with --source=kubernetes, watch only this namespace (default: all)")
 	fs.StringVar(&c.serviceSelector, "service-selector", "", "with --source=kubernetes, label selector narrowing the Services considered, and their EndpointSlices (which carry the Service labels)")
+	fs.Int64Var(&c.kubeMaxRingSize, watch.KubeMaxRingSizeFlag, watch.DefaultKubeMaxRingSize, fmt.Sprintf(
+		"with --source=kubernetes, the largest ring size, in entries, a Service's ringxds.io/ring-size, min-ring-size or max-ring-size annotation gets: "+
+			"annotations are tenant input, so a larger value is lowered to this and reported, and the Service is still served. "+
+			"65536 is the largest ring whose fade-in is ordered exactly, 16 times the 4096 gRPC clients cap rings at anyway, and about 1.5 MiB per cluster in each Envoy. "+
+			"1..%d (%d, Envoy's limit, caps nothing); the file source is never capped", model.MaxRingSize, model.MaxRingSize))
 	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
 	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
 	addLimitFlags(fs, &c.limits)
@@ -122,6 +128,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		}
 	default:
 		return c, fmt.Errorf("--source %q: want file or kubernetes", c.source)
+	}
+	if c.kubeMaxRingSize < 1 || c.kubeMaxRingSize > model.MaxRingSize {
+		// 0 is refused rather than read as "no cap" (as the xDS limits
+		// read it) or as the default (as --debounce does): this cap guards
+		// against tenants, and a template that renders an unset value as 0
+		// must not lift it without a word.
+		return c, fmt.Errorf("--%s %d: want 1..%d (%d, Envoy's limit, caps nothing)",
+			watch.KubeMaxRingSizeFlag, c.kubeMaxRingSize, model.MaxRingSize, model.MaxRingSize)
 	}
 	if c.debounce < 0 {
 		return c, fmt.Errorf("--debounce %v must not be negative", c.debounce)

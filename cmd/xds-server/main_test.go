@@ -102,7 +102,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help returned %v", err)
 	}
-	for _, f := range []string{"-file", "-xds-addr", "-debug-addr", "-log-level", "-tls-cert", "-tls-key", "-tls-client-ca", "-source", "-kubeconfig", "-namespace", "-service-selector", "-debounce", "127.0.0.1:18000", "127.0.0.1:18080"} {
+	for _, f := range []string{"-file", "-xds-addr", "-debug-addr", "-log-level", "-tls-cert", "-tls-key", "-tls-client-ca", "-source", "-kubeconfig", "-namespace", "-service-selector", "-kube-max-ring-size", "-debounce", "127.0.0.1:18000", "127.0.0.1:18080"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not list %s", f)
 		}
