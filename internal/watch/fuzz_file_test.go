@@ -224,7 +224,10 @@ func checkAcceptedFile(t *testing.T, path string, state model.State) {
 			t.Fatalf("clusters not sorted: %q before %q", state.Clusters[i-1].Name, c.Name)
 		}
 	}
-	var out fileJSON
+	// An empty list, not null: a file naming no clusters list at all is
+	// refused on purpose (a truncated file must not withdraw everything),
+	// while "clusters: []" is accepted.
+	out := fileJSON{Clusters: []fileClusterJSON{}}
 	for _, c := range state.Clusters {
 		out.Clusters = append(out.Clusters, fileClusterToJSON(c))
 	}
