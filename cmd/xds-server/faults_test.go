@@ -323,9 +323,9 @@ func TestFaultAPIServerStoppedMidRollout(t *testing.T) {
 // holdThroughOutage stops the API server for a few seconds, long enough
 // for the server's watches to break and its informers to retry, and checks
 // meanwhile that the xDS server keeps running, ready and healthy, pushes
-// nothing, and that clients keep routing each key as want says; that the
-// next write (write) cannot be made; then starts the API server again. It
-// returns what it saw.
+// nothing, and counts the failed watches, and that clients keep routing
+// each key as want says; that the next write (write) cannot be made; then
+// starts the API server again. It returns what it saw.
 func holdThroughOutage(t *testing.T, ctx context.Context, env *kubetest.Env, srv *serverProc, routers []router, keys []string, want map[string]map[string]string, write func(context.Context) error) string {
 	t.Helper()
 	before := waitAcked(t, srv.debugURL, 1)
@@ -355,10 +355,15 @@ func holdThroughOutage(t *testing.T, ctx context.Context, env *kubetest.Env, srv
 	if after, _ := ackedVersions(t, srv.debugURL); !maps.EqualFunc(before, after, maps.Equal) {
 		t.Fatalf("the server pushed while the API server was down: acknowledged %v before, %v after", before, after)
 	}
+	// The outage must show: the server serves a frozen state meanwhile.
+	watchErrors := metricValue(t, srv.debugURL, "ringxds_kube_watch_errors_total")
+	if watchErrors == 0 {
+		t.Fatal("API server down: ringxds_kube_watch_errors_total is 0")
+	}
 	restartAt := time.Now()
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("API server down %v (restart took %v); meanwhile %v routed calls, none failed or moved, /readyz and /healthz 200 in %d probes, no push; a write during the outage failed: %v",
-		time.Since(stoppedAt).Round(time.Millisecond), time.Since(restartAt).Round(time.Millisecond), calls, probes, err)
+	return fmt.Sprintf("API server down %v (restart took %v); meanwhile %v routed calls, none failed or moved, /readyz and /healthz 200 in %d probes, no push, %v watch errors counted; a write during the outage failed: %v",
+		time.Since(stoppedAt).Round(time.Millisecond), time.Since(restartAt).Round(time.Millisecond), calls, probes, watchErrors, err)
 }

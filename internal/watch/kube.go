@@ -193,10 +193,11 @@ func (s *KubeSource) Run(ctx context.Context, publish func(model.State)) error {
 	s.running = true
 	s.mu.Unlock()
 
-	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+	client := kubeWatchReporter{s.client, s.kubeWatchFailed}
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(s.opts.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(s.opts.Namespace),
 		// Only slices that belong to a selected Service can matter.
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.sliceSelector.String() }))
@@ -453,8 +454,14 @@ func (s *KubeSource) kubeSliceHandler(svcs listersv1.ServiceLister) cache.Resour
 }
 
 func (s *KubeSource) kubeWatchError(_ context.Context, r *cache.Reflector, err error) {
+	s.kubeWatchFailed(r.TypeDescription(), err)
+}
+
+// kubeWatchFailed counts and logs a failed list or watch of what; the
+// reflectors back off between retries, so the log stays short.
+func (s *KubeSource) kubeWatchFailed(what string, err error) {
 	s.metrics.watchErrors.Inc()
-	s.log.Warn("watch interrupted; the informer retries and the last state stays in force", zap.String("reflector", r.TypeDescription()), zap.Error(err))
+	s.log.Warn("watch interrupted; the informer retries and the last state stays in force", zap.String("reflector", what), zap.Error(err))
 }
 
 // kubeLogDraining logs the clusters that start or stop being served from
