@@ -236,6 +236,12 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown cluster "+strconv.Quote(cluster))
 		return
 	}
+	if why, failed := snap.Failed[cluster]; failed && snap.Kinds[snapshot.KindEnvoy][resource.ClusterType][cluster] == nil {
+		// Known to the source but never translated: nothing to pick
+		// from, and no fault of the server's to report as a 5xx.
+		writeError(w, http.StatusConflict, "cluster "+strconv.Quote(cluster)+" is not published: its translation failed: "+why)
+		return
+	}
 	h.writePick(w, snap, cluster, key, impl)
 }
 

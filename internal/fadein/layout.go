@@ -107,7 +107,7 @@ func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error
 	n := uint64(len(counts))
 	p := uint64(1) << bits.Len64(2*n*total-1) // smallest power of two >= 2nR
 	if p > 1<<31 {
-		return nil, 0, fmt.Errorf("%w: %d endpoints and %d entries need weights summing to %d, more than 2^31", ErrLayout, n, total, p)
+		return nil, 0, fmt.Errorf("%w: %d endpoints and %d entries need weights summing to %d, more than 2^31: %w", ErrLayout, n, total, p, ErrRounding)
 	}
 	if total > 1<<53/p {
 		// The walk's products R x W_j and its running target, in units of
@@ -115,14 +115,18 @@ func ExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error
 		// an endpoint gains or loses an entry to rounding.
 		return nil, 0, fmt.Errorf("%w: %d entries with weights summing to %d: %w (2^53)", ErrLayout, total, p, ErrRounding)
 	}
-	return layWeights(counts, total, p), total, nil
+	return layWeights(counts, total, p, true), total, nil
 }
 
-// NearExactWeights is ExactWeights without its limit on exactness: past
-// 2^22 entries the walk's rounding may give an endpoint an entry more or
-// less than its count (the last in walk order has no margin at all), which
-// on such a ring moves under a millionth of the keys per endpoint. It is
-// for rings ExactWeights refuses with ErrRounding.
+// NearExactWeights is ExactWeights without its limits on exactness, for
+// rings it refuses with ErrRounding: past 2^22 entries, or with weights
+// that would have to sum past 2^31. The weights then sum to at most 2^31
+// and drop ExactWeights' "+ j" (each endpoint of a count of at least 1
+// still weighs at least 2^31 / R >= 256), so every prefix lands within
+// R / 2^31 of an entry's middle, a small fraction of an entry; what is
+// left is the doubles' rounding, which may give an endpoint an entry more
+// or less than its count (the last in walk order has no margin at all).
+// On such a ring that moves under a millionth of the keys per endpoint.
 func NearExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err error) {
 	weights, ringSize, err = ExactWeights(counts)
 	if !errors.Is(err, ErrRounding) {
@@ -132,20 +136,28 @@ func NearExactWeights(counts []uint64) (weights []uint32, ringSize uint64, err e
 	for _, c := range counts {
 		total += c
 	}
-	p := uint64(1) << bits.Len64(2*uint64(len(counts))*total-1)
-	return layWeights(counts, total, p), total, nil
+	p := min(uint64(1)<<bits.Len64(2*uint64(len(counts))*total-1), 1<<31)
+	return layWeights(counts, total, p, false), total, nil
 }
 
-// layWeights lays out ExactWeights' weights, summing to p.
-func layWeights(counts []uint64, total, p uint64) []uint32 {
+// layWeights lays out ExactWeights' weights, summing to p; withIndex adds
+// ExactWeights' "+ j", which keeps a count of 0 at weight 1 and is exact
+// only while p >= 2nR. Without it a count of 0 still weighs 1.
+func layWeights(counts []uint64, total, p uint64, withIndex bool) []uint32 {
 	weights := make([]uint32, len(counts))
 	var prefix, prevW uint64
+	n := uint64(len(counts))
 	for i, c := range counts {
 		prefix += c
 		w := p
 		if i < len(counts)-1 {
 			// (2C_j - 1) x P / 2R; C_j >= 1 after the first endpoint.
-			w = (2*prefix-1)*p/(2*total) + uint64(i) + 1
+			w = (2*prefix - 1) * p / (2 * total)
+			if withIndex {
+				w += uint64(i) + 1
+			}
+			// Leave a unit for each endpoint still to come.
+			w = min(max(w, prevW+1), p-(n-1-uint64(i)))
 		}
 		weights[i] = uint32(w - prevW)
 		prevW = w
@@ -155,7 +167,8 @@ func layWeights(counts []uint64, total, p uint64) []uint32 {
 
 // NewCountRing builds the ring_hash ring in which endpoint i holds exactly
 // eps[i].Weight entries (its weight read as an entry count), as Envoy and
-// grpc-go build it from the weights ExactWeights gives in key order. Each
+// grpc-go build it from the weights ExactWeights gives in key order (past
+// its limits, NearExactWeights: within an entry). Each
 // endpoint's entries are its first Weight hashes, so the input order does
 // not matter; picks index eps as given.
 func NewCountRing(eps []ringhash.Endpoint, hash ringhash.HashFunction) (*ringhash.RingHash, error) {
@@ -168,7 +181,10 @@ func NewCountRing(eps []ringhash.Endpoint, hash ringhash.HashFunction) (*ringhas
 	for i, ei := range order {
 		counts[i] = uint64(eps[ei].Weight)
 	}
-	weights, size, err := ExactWeights(counts)
+	// Past ExactWeights' limits the count ring is near exact, as the
+	// published ring of such a cluster is (snapshot uses NearExactWeights
+	// too); refusing it would fail every pick of a large laid-out cluster.
+	weights, size, err := NearExactWeights(counts)
 	if err != nil {
 		return nil, err
 	}

@@ -258,12 +258,18 @@ func TestCountRingGrowthOnlyAddsEntries(t *testing.T) {
 func TestExactWeightsOnLargeRingsAreExactOrRefused(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	refused := 0
-	for range 200 {
+	for sc := range 200 {
 		n := 2 + rng.IntN(150)
+		if sc%4 == 0 {
+			n = 2 + rng.IntN(5000) // weights past 2^31 for exactness
+		}
 		counts := make([]uint64, n)
 		per := uint64(ringhash.MaxRingSizeLimit) / uint64(n)
 		for i := range counts {
 			counts[i] = 1 + uint64(rng.Int64N(int64(per)))
+			if i > 0 && rng.IntN(20) == 0 {
+				counts[i] = 0 // a fading endpoint held back
+			}
 		}
 		w, size, err := ExactWeights(counts)
 		if err != nil {
@@ -273,6 +279,9 @@ func TestExactWeightsOnLargeRingsAreExactOrRefused(t *testing.T) {
 			refused++
 			if w, size, err = NearExactWeights(counts); err != nil {
 				t.Fatal(err)
+			}
+			if slices.Contains(w, 0) {
+				t.Fatalf("near exact, %d endpoints: a weight of 0", n)
 			}
 			for _, fused := range []bool{false, true} {
 				for i, got := range walkCounts(w, size, size, fused) {

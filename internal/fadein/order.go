@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -363,20 +364,39 @@ func fadeChain(eps []RampEndpoint, curve Curve, started func(RampEndpoint) bool)
 func curveSteps(final uint64, start time.Time, curve Curve) []int64 {
 	first, end := StepTime(start), curve.EndStep(start)
 	steps := int64(end.Sub(first) / StepInterval)
+	countAt := func(m int64) uint64 {
+		if m >= steps {
+			return final
+		}
+		return RampEntries(final, curve.Share(first.Add(time.Duration(m)*StepInterval).Sub(start)))
+	}
 	out := make([]int64, final)
-	// The count never falls, so walking the steps once hands each entry
-	// the step at which the count first passes it: one curve evaluation
-	// per step, not per entry.
-	var have uint64
-	for m := int64(0); m <= steps && have < final; m++ {
-		at := first.Add(time.Duration(m) * StepInterval)
-		n := final
-		if m < steps {
-			n = RampEntries(final, curve.Share(at.Sub(start)))
+	// The count never falls, so either walk the steps once, handing each
+	// entry the step at which the count first passes it, or search for
+	// each entry's step: whichever evaluates the curve fewer times (a
+	// large ring on a short fade, or a small one on a day-long fade).
+	if uint64(steps) <= final*uint64(bits.Len64(uint64(steps))) {
+		var have uint64
+		for m := int64(0); m <= steps && have < final; m++ {
+			for n := countAt(m); have < n; have++ {
+				out[have] = first.Add(time.Duration(m) * StepInterval).UnixNano()
+			}
 		}
-		for ; have < n; have++ {
-			out[have] = at.UnixNano()
+		return out
+	}
+	out[0] = first.UnixNano()
+	lo := int64(0)
+	for j := uint64(1); j < final; j++ {
+		hi := steps
+		for lo < hi {
+			m := lo + (hi-lo)/2
+			if countAt(m) > j {
+				hi = m
+			} else {
+				lo = m + 1
+			}
 		}
+		out[j] = first.Add(time.Duration(lo) * StepInterval).UnixNano()
 	}
 	return out
 }

@@ -261,7 +261,7 @@ func (l *limiter) refuse(cs *connState, limit string, code codes.Code, node, for
 	}
 	h.Count++
 	h.Last, h.Message = now, msg
-	if node != "" {
+	if node != "" && cs.firstNode == "" {
 		cs.firstNode = node
 	}
 	node = cs.firstNode

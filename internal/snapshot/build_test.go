@@ -596,6 +596,9 @@ func TestBuildIsolatesAClusterThatFails(t *testing.T) {
 	if _, ok := first.Kinds[KindEnvoy][resourcev3.ClusterType]["new"]; ok || first.Failed["new"] == "" {
 		t.Fatalf("a cluster never built is published (failed: %q)", first.Failed["new"])
 	}
+	if want := epoch.Add(time.Second); !first.NextStep.Equal(want) {
+		t.Errorf("next step %v, want a retry of the unpublished cluster at %v", first.NextStep, want)
+	}
 	second, err := b.Build(model.State{Clusters: []model.Cluster{broken(good("a", 2)), good("b", 2)}}, epoch.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -616,12 +619,24 @@ func TestBuildIsolatesAClusterThatFails(t *testing.T) {
 	if want := epoch.Add(2 * time.Second); !second.NextStep.Equal(want) {
 		t.Errorf("next step %v, want a retry at %v", second.NextStep, want)
 	}
+	// Failing again, it is retried later each time: most failures last
+	// until the input changes.
+	again, err := b.Build(model.State{Clusters: []model.Cluster{broken(good("a", 2)), good("b", 2)}}, epoch.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := epoch.Add(4 * time.Second); !again.NextStep.Equal(want) {
+		t.Errorf("second failure in a row: next step %v, want %v", again.NextStep, want)
+	}
 	third, err := b.Build(model.State{Clusters: []model.Cluster{good("a", 3), good("b", 2)}}, epoch.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(third.Failed) != 0 || first.Kinds[KindEnvoy][resourcev3.EndpointType]["a"] == third.Kinds[KindEnvoy][resourcev3.EndpointType]["a"] {
 		t.Errorf("a fixed cluster is not published again (failed %v)", third.Failed)
+	}
+	if !third.NextStep.IsZero() {
+		t.Errorf("next step %v with nothing failing or fading", third.NextStep)
 	}
 }
 

@@ -100,12 +100,13 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 
 	var plan fadein.RampPlan
 	if k > 0 {
+		// A layout that cannot be planned fails the cluster, which then
+		// keeps its last good resources (Builder): falling back to full
+		// weights instead would lay the ring out anew, moving most keys
+		// between old endpoints at the fade's start and again at its end.
 		var err error
 		if plan, p.ring, err = planLayout(c, eps, k, p.curve, step, memo); err != nil {
-			// The cluster is still served: a layout that cannot be
-			// planned must not hold back the rest of the snapshot.
-			p.notes = append(p.notes, fmt.Sprintf("fade-in: the ring cannot be laid out for this fade (%v): Envoy and gRPC clients take new endpoints at full weight; only the client library fades them in", err))
-			k = 0
+			return nil, fmt.Errorf("fade-in layout: %w", err)
 		}
 	}
 	p.layout = k > 0

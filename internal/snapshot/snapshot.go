@@ -148,6 +148,16 @@ func Build(state model.State, now time.Time) (*Snapshot, error) {
 type Builder struct {
 	mu   sync.Mutex
 	prev map[string]*clusterSet
+	// failures counts each failing cluster's consecutive failed builds,
+	// which space its retries (retryAfter).
+	failures map[string]int
+}
+
+// retryAfter is how long after a failed build a cluster is tried again:
+// a second, doubling with each failure in a row up to a minute, since
+// most failures repeat until the input changes (which rebuilds it anyway).
+func retryAfter(failures int) time.Duration {
+	return min(fadein.StepInterval<<min(max(failures-1, 0), 6), time.Minute)
 }
 
 // NewBuilder returns a Builder with nothing cached.
@@ -198,12 +208,17 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 	}
 
 	next := make(map[string]*clusterSet, n)
+	failures := make(map[string]int)
 	for i := range state.Clusters {
 		c := &state.Clusters[i]
 		if _, dup := next[c.Name]; dup {
 			return nil, fmt.Errorf("cluster %q: defined twice", c.Name)
 		}
 		cs, failed := b.clusterSet(c, now)
+		retry := b.noteFailure(c.Name, failed, now, failures)
+		if !retry.IsZero() && (snap.NextStep.IsZero() || retry.Before(snap.NextStep)) {
+			snap.NextStep = retry
+		}
 		if failed != nil {
 			snap.Failed[c.Name] = failed.Error()
 			if cs == nil {
@@ -227,16 +242,12 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 		if len(cs.fading) > 0 {
 			snap.Fading[c.Name] = cs.fading
 		}
-		step := cs.next
 		if failed != nil {
+			// Its own next step may be long past: the retry above stands
+			// in for it, so a cluster that stays broken is no busy loop.
 			snap.Notes[c.Name] = append([]string{"serving the last good translation: " + failed.Error()}, cs.notes...)
-			// Its own next step may be long past; retry on the step grid
-			// instead, so a cluster that stays broken costs one attempt a
-			// step, not a busy loop.
-			step = fadein.StepTime(now).Add(fadein.StepInterval)
-		}
-		if !step.IsZero() && (snap.NextStep.IsZero() || step.Before(snap.NextStep)) {
-			snap.NextStep = step
+		} else if !cs.next.IsZero() && (snap.NextStep.IsZero() || cs.next.Before(snap.NextStep)) {
+			snap.NextStep = cs.next
 		}
 	}
 	for _, k := range kinds {
@@ -244,8 +255,19 @@ func (b *Builder) Build(state model.State, now time.Time) (*Snapshot, error) {
 			return nil, fmt.Errorf("%s resources: %w", k, err)
 		}
 	}
-	b.prev = next
+	b.prev, b.failures = next, failures
 	return snap, nil
+}
+
+// noteFailure records in failures whether c's build failed, and returns
+// when to try it again (zero if it did not fail).
+func (b *Builder) noteFailure(name string, failed error, now time.Time, failures map[string]int) time.Time {
+	if failed == nil {
+		return time.Time{}
+	}
+	n := b.failures[name] + 1
+	failures[name] = n
+	return fadein.StepTime(now).Add(retryAfter(n))
 }
 
 // clusterSet returns c translated for every kind: the previous build's
