@@ -70,6 +70,8 @@ type ringBalancer struct {
 	// nring replaces ring for a ringxds.ring_hash config: one ring per
 	// fade-in event, each key cut over on its own (fadein.NRing).
 	nring *fadein.NRing
+	// nringMembers maps nring's member indices to the schedule's.
+	nringMembers []int
 }
 
 func (b *ringBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -169,16 +171,11 @@ func (b *ringBalancer) publish(p *picker, all []endpointsharding.ChildState) {
 }
 
 // updateFade puts the children the schedule lists on an N-ring, in the
-// schedule's order, and publishes a picker over them. Addresses carry
-// the members: grpc-go before v1.80 sets no hash key attribute, and the
-// schedule names each endpoint's ring key itself.
-//
-// CDS (the schedule) and EDS (the children) reach the client separately,
-// so for a moment they can disagree. Only endpoints in both are on the
-// ring: an endpoint about to join has no connection yet, and one about to
-// leave already left the schedule. Because ring_hash entries stay where
-// they are whatever else is on the ring, leaving either out moves only its
-// own keys, as its arrival or departure will.
+// schedule's order (fadeschedule.Schedule.Build, which also says why only
+// endpoints in both the schedule and EDS are on it), and publishes a
+// picker over them. Addresses carry the members: grpc-go before v1.80
+// sets no hash key attribute, and the schedule names each endpoint's ring
+// key itself.
 func (b *ringBalancer) updateFade(children []endpointsharding.ChildState) {
 	f := b.cfg.fade
 	byAddr := make(map[string]int, len(children))
@@ -187,51 +184,30 @@ func (b *ringBalancer) updateFade(children []endpointsharding.ChildState) {
 			byAddr[c.Endpoint.Addresses[0].Addr] = i
 		}
 	}
-	members := make([]fadein.Member, 0, len(f.order))
-	ringChildren := make([]endpointsharding.ChildState, 0, len(f.order))
-	keys := make([]string, 0, len(f.order))
-	for _, addr := range f.order {
-		ci, ok := byAddr[addr]
-		if !ok {
-			continue
+	var keys []string
+	for _, m := range f.Members {
+		if _, ok := byAddr[m.Address]; ok {
+			keys = append(keys, m.Address+"/"+m.Key+"/"+strconv.FormatUint(uint64(m.Entries), 10)+"/"+m.FadeStart.Format(time.RFC3339Nano))
 		}
-		m := f.byAddr[addr]
-		members = append(members, fadein.Member{
-			Key:       ringhash.Endpoint{Key: m.key, Weight: m.entries},
-			FadeStart: m.start,
-			Curve:     f.curve,
-		})
-		ringChildren = append(ringChildren, children[ci])
-		keys = append(keys, addr+"/"+m.key+"/"+strconv.FormatUint(uint64(m.entries), 10)+"/"+m.start.Format(time.RFC3339Nano))
 	}
-	if len(members) == 0 {
-		b.keys = nil
-		b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
-			Picker: base.NewErrPicker(errors.New(NameRingHash + ": no endpoint of the schedule is in EDS"))})
-		return
-	}
-	if b.nring == nil || !slices.Equal(keys, b.keys) {
-		n := fadein.NewNRing(countRing)
-		if err := n.Update(members, time.Now()); err != nil {
+	// With no member in EDS, Build fails (fadeschedule.ErrNoneInEDS) and
+	// the balancer reports it: nil keys would equal the nil b.keys of a
+	// config change and keep a ring of another schedule.
+	if b.nring == nil || len(keys) == 0 || !slices.Equal(keys, b.keys) {
+		n, index, err := f.Build(func(addr string) bool { _, ok := byAddr[addr]; return ok }, time.Now())
+		if err != nil {
 			b.keys = nil
 			b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
 				Picker: base.NewErrPicker(fmt.Errorf("%s: %w", NameRingHash, err))})
 			return
 		}
-		b.nring, b.keys = n, keys
+		b.nring, b.nringMembers, b.keys = n, index, keys
+	}
+	ringChildren := make([]endpointsharding.ChildState, len(b.nringMembers))
+	for i, m := range b.nringMembers {
+		ringChildren[i] = children[byAddr[f.Members[m].Address]]
 	}
 	b.publish(&picker{nring: b.nring, header: b.cfg.HashHeader, children: ringChildren}, children)
-}
-
-// countRing is the ring_hash ring Envoy and grpc-go build for a laid-out
-// cluster once every member holds its final entries (fadein.NewCountRing):
-// with every member of a fade, the ring the fade ends in.
-func countRing(eps []ringhash.Endpoint) (ringhash.Ring, error) {
-	r, err := fadein.NewCountRing(eps, ringhash.XXHash)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 // aggregateState is grpc-go ring_hash's aggregation (gRFC A61): READY if

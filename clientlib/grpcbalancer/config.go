@@ -3,14 +3,11 @@ package grpcbalancer
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/serviceconfig"
 
-	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/fadeschedule"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
@@ -34,7 +31,7 @@ type config struct {
 
 	// fade is the fade-in schedule of a ringxds.ring_hash config, nil for
 	// ringxds.skipper.
-	fade *fadeConfig
+	fade *fadeschedule.Schedule
 	// raw is the ringxds.ring_hash config as received.
 	raw string
 }
@@ -57,7 +54,7 @@ func (c *config) equal(d *config) bool {
 	}
 	a, b := *c, *d
 	a.fade, b.fade, a.raw, b.raw = nil, nil, "", ""
-	return a == b && c.fade.equal(d.fade)
+	return a == b && c.fade.Equal(d.fade)
 }
 
 func parseConfig(js json.RawMessage) (*config, error) {
@@ -95,83 +92,23 @@ func parseConfig(js json.RawMessage) (*config, error) {
 // NameRingHash is the registered name of the fade-in policy ringxds
 // publishes to gRPC clients, ahead of ring_hash, for ring_hash clusters laid
 // out for fade-in: the last path segment of its TypedStruct type_url.
-const NameRingHash = "ringxds.ring_hash"
+const NameRingHash = fadeschedule.PolicyName
 
-// fadeConfig is the schedule of a ringxds.ring_hash cluster: everything the
-// client library reads from EDS metadata, which grpc-go does not hand to
-// balancers.
-type fadeConfig struct {
-	curve fadein.Curve
-	// members by address, in the order the config lists them.
-	byAddr map[string]fadeMember
-	order  []string
-}
-
-type fadeMember struct {
-	key     string
-	entries uint32
-	start   time.Time // zero: established
-}
-
-// equal reports whether two schedules build the same rings.
-func (f *fadeConfig) equal(g *fadeConfig) bool {
-	if f == nil || g == nil {
-		return f == g
-	}
-	return f.curve == g.curve && slices.Equal(f.order, g.order) && maps.EqualFunc(f.byAddr, g.byAddr, func(a, b fadeMember) bool {
-		return a.key == b.key && a.entries == b.entries && a.start.Equal(b.start)
-	})
-}
-
-// fadeJSON is the TypedStruct value internal/snapshot publishes.
-type fadeJSON struct {
-	HashHeader   string  `json:"hash_header"`
-	FadeDuration string  `json:"fade_duration"`
-	FadeExponent float64 `json:"fade_exponent"`
-	Endpoints    []struct {
-		Address     string  `json:"address"`
-		Key         string  `json:"key"`
-		RingEntries float64 `json:"ring_entries"`
-		FadeStart   string  `json:"fade_start"`
-	} `json:"endpoints"`
-}
-
+// parseFadeConfig reads a ringxds.ring_hash config: a schedule
+// (internal/fadeschedule, which /debug/pick reads the same way) hashing its
+// header on grpc-go's ring.
 func parseFadeConfig(js json.RawMessage) (*config, error) {
-	var in fadeJSON
-	if err := json.Unmarshal(js, &in); err != nil {
-		return nil, fmt.Errorf("%s: bad config %s: %w", NameRingHash, js, err)
+	f, err := fadeschedule.Parse(js)
+	if err != nil {
+		return nil, err
 	}
-	hdr, err := json.Marshal(map[string]string{"hash_header": in.HashHeader, "policy": ringhash.PolicyRingHash})
+	hdr, err := json.Marshal(map[string]string{"hash_header": f.HashHeader, "policy": ringhash.PolicyRingHash})
 	if err != nil {
 		return nil, err
 	}
 	c, err := parseConfig(hdr)
 	if err != nil {
 		return nil, err
-	}
-	f := &fadeConfig{byAddr: make(map[string]fadeMember, len(in.Endpoints)), order: make([]string, 0, len(in.Endpoints))}
-	if f.curve.Duration, err = time.ParseDuration(in.FadeDuration); err != nil {
-		return nil, fmt.Errorf("%s: fade_duration: %w", NameRingHash, err)
-	}
-	f.curve.Exponent = in.FadeExponent
-	if len(in.Endpoints) == 0 {
-		return nil, fmt.Errorf("%s: no endpoints", NameRingHash)
-	}
-	for i, ep := range in.Endpoints {
-		m := fadeMember{key: ep.Key, entries: uint32(ep.RingEntries)}
-		if ep.Address == "" || ep.Key == "" || ep.RingEntries < 1 || ep.RingEntries > ringhash.MaxRingSizeLimit || float64(m.entries) != ep.RingEntries {
-			return nil, fmt.Errorf("%s: endpoint %d: need an address, a key and a whole ring_entries of 1..%d", NameRingHash, i, ringhash.MaxRingSizeLimit)
-		}
-		if ep.FadeStart != "" {
-			if m.start, err = time.Parse(time.RFC3339Nano, ep.FadeStart); err != nil {
-				return nil, fmt.Errorf("%s: endpoint %d: fade_start: %w", NameRingHash, i, err)
-			}
-		}
-		if _, dup := f.byAddr[ep.Address]; dup {
-			return nil, fmt.Errorf("%s: endpoint %s listed twice", NameRingHash, ep.Address)
-		}
-		f.byAddr[ep.Address] = m
-		f.order = append(f.order, ep.Address)
 	}
 	c.fade, c.raw = f, string(js)
 	return c, nil

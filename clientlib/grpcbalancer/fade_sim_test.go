@@ -108,16 +108,14 @@ func simFade(t *testing.T, stagger time.Duration, skew time.Duration) (pkg, ramp
 		clientNow := at.Add(skew)
 		if string(js) != lastKeys {
 			lastKeys = string(js)
-			members := make([]fadein.Member, 0, len(cfg.fade.order))
-			for _, a := range cfg.fade.order {
-				m := cfg.fade.byAddr[a]
-				members = append(members, fadein.Member{Key: ringhash.Endpoint{Key: m.key, Weight: m.entries}, FadeStart: m.start, Curve: cfg.fade.curve})
-			}
-			nring = fadein.NewNRing(countRing)
-			if err := nring.Update(members, clientNow); err != nil {
+			var index []int
+			if nring, index, err = cfg.fade.Build(func(string) bool { return true }, clientNow); err != nil {
 				t.Fatal(err)
 			}
-			order = cfg.fade.order
+			order = make([]string, len(index))
+			for i, m := range index {
+				order[i] = cfg.fade.Members[m].Address
+			}
 		}
 		cp, cr := make([]string, keys), make([]string, keys)
 		for i, h := range hs {

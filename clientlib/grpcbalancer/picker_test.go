@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/fadeschedule"
 	"github.com/ringxds/ringxds/internal/ringhash"
 )
 
@@ -34,7 +35,7 @@ func fadingPicker(t testing.TB, start time.Time) *picker {
 		}
 		children[i].State = balancer.State{ConnectivityState: connectivity.Ready, Picker: fixedPicker{i}}
 	}
-	n := fadein.NewNRing(countRing)
+	n := fadein.NewNRing(fadeschedule.CountRing)
 	if err := n.Update(members, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestFadingPickerCutsKeysOverToTheirFinalOwner(t *testing.T) {
 		r, idx := p.ringFor(h)
 		return member(idx, r.Pick(h))
 	}
-	final, err := countRing(func() []ringhash.Endpoint {
+	final, err := fadeschedule.CountRing(func() []ringhash.Endpoint {
 		eps := make([]ringhash.Endpoint, 110)
 		for i := range eps {
 			eps[i] = ringhash.Endpoint{Key: fmt.Sprintf("backend-%03d", i), Weight: 32}
