@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -77,5 +78,56 @@ func TestFadeScheduleForGRPC(t *testing.T) {
 	next, _ := schedule(now.Add(2 * time.Second))
 	if !proto.Equal(mid, next) {
 		t.Error("the schedule changed between two steps of one fade")
+	}
+}
+
+// RingHashFadeConfig finds the schedule where a client with a
+// ringxds.ring_hash balancer runs it (first in the grpc kind's list) and
+// nowhere else: not for a client that reads only lb_policy, not on a
+// skipper cluster, and not behind an entry the client runs first.
+func TestRingHashFadeConfig(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eps := threeEndpoints()
+	eps[2].FirstSeen = now.Add(-3 * time.Second)
+	fading := model.Cluster{Name: "products", FadeIn: &model.FadeIn{Duration: 10 * time.Second, Exponent: 2.5}, Endpoints: eps}
+	skipper := fading
+	skipper.Name, skipper.Policy = "catalog", model.PolicySkipper
+	snap, err := Build(state(t, fading, skipper), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpc := snap.Kinds[KindGRPC][resource.ClusterType]
+	withPackage := DialectGRPCGo
+	withPackage.Skipper = true
+	js, ok, err := RingHashFadeConfig(grpc["products"].(*clusterv3.Cluster), withPackage)
+	if err != nil || !ok {
+		t.Fatalf("products: ok %v, %v", ok, err)
+	}
+	var sched struct {
+		Endpoints []struct {
+			Address   string `json:"address"`
+			FadeStart string `json:"fade_start"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(js, &sched); err != nil || len(sched.Endpoints) != 3 || sched.Endpoints[2].FadeStart == "" {
+		t.Fatalf("config %s: %v", js, err)
+	}
+	preA52 := withPackage
+	preA52.LoadBalancingPolicy = false
+	ringHashFirst := proto.Clone(grpc["products"]).(*clusterv3.Cluster)
+	pols := ringHashFirst.GetLoadBalancingPolicy().GetPolicies()
+	pols[0], pols[1] = pols[1], pols[0]
+	for name, tc := range map[string]struct {
+		cds *clusterv3.Cluster
+		d   Dialect
+	}{
+		"before gRFC A52": {grpc["products"].(*clusterv3.Cluster), preA52},
+		"skipper cluster": {grpc["catalog"].(*clusterv3.Cluster), withPackage},
+		"ring_hash first": {ringHashFirst, withPackage},
+		"the envoy kind":  {snap.Kinds[KindEnvoy][resource.ClusterType]["products"].(*clusterv3.Cluster), withPackage},
+	} {
+		if _, ok, err := RingHashFadeConfig(tc.cds, tc.d); ok || err != nil {
+			t.Errorf("%s: ok %v, %v", name, ok, err)
+		}
 	}
 }

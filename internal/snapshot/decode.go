@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -327,13 +328,13 @@ func decodePolicy(cfg *anypb.Any, d Dialect) (pol ringPolicy, ok bool, err error
 		}
 		return ringPolicy{name: ringhash.PolicyMaglev, tableSize: m.GetTableSize().GetValue()}, true, nil
 	case typeURLTypedStructV3, typeURLTypedStructV1:
-		typeURL, err := typedStructURL(cfg)
+		typeURL, _, err := typedStruct(cfg)
 		if err != nil {
 			return ringPolicy{}, false, err
 		}
 		// Every data plane names a custom policy by the part of type_url
 		// after the last '/' and skips it when nothing by that name exists.
-		if d.Skipper && typeURL[strings.LastIndex(typeURL, "/")+1:] == PolicyNameSkipper {
+		if d.Skipper && customPolicyName(typeURL) == PolicyNameSkipper {
 			return ringPolicy{name: ringhash.PolicySkipper}, true, nil
 		}
 		return ringPolicy{}, false, nil
@@ -366,21 +367,57 @@ func PolicySize(cfg *anypb.Any) uint64 {
 	return 0
 }
 
-// typedStructURL returns the type_url inside a TypedStruct of either
-// version.
-func typedStructURL(cfg *anypb.Any) (string, error) {
+// typedStruct returns the type_url and value inside a TypedStruct of
+// either version.
+func typedStruct(cfg *anypb.Any) (string, *structpb.Struct, error) {
 	if cfg.GetTypeUrl() == typeURLTypedStructV3 {
 		ts := &xdstypev3.TypedStruct{}
 		if err := cfg.UnmarshalTo(ts); err != nil {
-			return "", fmt.Errorf("%w: %w", ErrUndecodable, err)
+			return "", nil, fmt.Errorf("%w: %w", ErrUndecodable, err)
 		}
-		return ts.GetTypeUrl(), nil
+		return ts.GetTypeUrl(), ts.GetValue(), nil
 	}
 	ts := &udpatypev1.TypedStruct{}
 	if err := cfg.UnmarshalTo(ts); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUndecodable, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrUndecodable, err)
 	}
-	return ts.GetTypeUrl(), nil
+	return ts.GetTypeUrl(), ts.GetValue(), nil
+}
+
+// customPolicyName is the name every data plane gives a TypedStruct
+// policy: the part of its type_url after the last '/'.
+func customPolicyName(typeURL string) string { return typeURL[strings.LastIndex(typeURL, "/")+1:] }
+
+// RingHashFadeConfig returns the config of the cluster's ringxds.ring_hash
+// entry when a data plane of dialect d that has a balancer by that name
+// (grpc-go with clientlib/grpcbalancer) runs it: d reads
+// load_balancing_policy and runs no entry before it. The config is the
+// JSON grpc-go hands the balancer (converter.convertCustomPolicy marshals
+// the TypedStruct's value with encoding/json), which
+// internal/fadeschedule reads. ok is false when the data plane runs
+// another entry; DecodeAs decodes that one.
+func RingHashFadeConfig(cds *clusterv3.Cluster, d Dialect) (js []byte, ok bool, err error) {
+	if !d.LoadBalancingPolicy {
+		return nil, false, nil
+	}
+	for _, p := range cds.GetLoadBalancingPolicy().GetPolicies() {
+		cfg := p.GetTypedExtensionConfig().GetTypedConfig()
+		if u := cfg.GetTypeUrl(); u == typeURLTypedStructV3 || u == typeURLTypedStructV1 {
+			typeURL, value, err := typedStruct(cfg)
+			if err != nil {
+				return nil, false, err
+			}
+			if customPolicyName(typeURL) == PolicyNameRingHashFade {
+				js, err := json.Marshal(value)
+				return js, err == nil, err
+			}
+		}
+		// An entry d rejects fails DecodeAs, which says why.
+		if _, runs, err := decodePolicy(cfg, d); runs || err != nil {
+			return nil, false, nil
+		}
+	}
+	return nil, false, nil
 }
 
 // member is what a ring needs of an endpoint beyond DecodedEndpoint.
