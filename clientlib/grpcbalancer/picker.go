@@ -29,11 +29,14 @@ type picker struct {
 // Steps are whole wall-clock seconds (fadein.StepTime), the grid the
 // control plane steps its weight ramp on, so every client and every
 // replica cuts a key over at the same instant. It does not allocate.
-func (p *picker) ringFor(h uint64) (ringhash.Ring, []int) {
+func (p *picker) ringFor(h uint64) (ringhash.Ring, []int) { return p.ringAt(h, time.Now()) }
+
+// ringAt is ringFor at the instant now.
+func (p *picker) ringAt(h uint64, now time.Time) (ringhash.Ring, []int) {
 	if p.nring == nil {
 		return p.ring, nil
 	}
-	return p.nring.Ring(h, fadein.StepTime(time.Now()))
+	return p.nring.Ring(h, fadein.StepTime(now))
 }
 
 // member maps a ring index to a member (child) index.

@@ -261,7 +261,7 @@ func (a *Assessor) Assess(snap *snapshot.Snapshot, c Client, clusters []string) 
 		}
 		out[i] = a.verdict(snap, d, c.Kind, name)
 		if c.GRPCBalancer && out[i].State == StateOK && fadesPerKey(snap, c.Kind, name) {
-			out[i].Reason = "grpc-go runs ringxds.ring_hash (clientlib/grpcbalancer): while endpoints fade in it cuts each key over on its own, so until the fade ends some keys reach their new endpoint earlier or later than on Envoy, never another old one; it ends on Envoy's ring"
+			out[i].Reason = "grpc-go runs ringxds.ring_hash (clientlib/grpcbalancer): while endpoints fade in it cuts each key over on its own, so until the fade ends some keys reach their new endpoint earlier or later than on Envoy, never another old one; it ends on Envoy's ring. /debug/pick?client=" + GRPCGoBalancer + " shows where it sends a key"
 		}
 	}
 	return out

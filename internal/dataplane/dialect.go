@@ -65,18 +65,28 @@ type Implementation struct {
 	Name    string
 	Kind    snapshot.Kind
 	Dialect snapshot.Dialect
+	// FadeSchedule is set for a client that runs the ringxds.ring_hash
+	// entry ringxds publishes ahead of ring_hash on a cluster laid out for
+	// fade-in (grpc-go with clientlib/grpcbalancer). On such a cluster it
+	// picks from the N-ring of that entry's schedule at the fade step in
+	// force (internal/fadeschedule), not from the ring Dialect decodes.
+	FadeSchedule bool
 }
 
 // Predicted lists the implementations whose picks follow from the
 // published resources, in the order /debug/pick and the page show them.
 // grpc-java is not among them: it walks endpoints in hash map order.
 func Predicted() []Implementation {
+	// The dialect the verdicts judge such a client in, so the two agree
+	// wherever no fade schedule applies.
+	balancer, _ := Client{Implementation: GRPCGo, GRPCBalancer: true}.Dialect()
 	return []Implementation{
-		{Envoy, snapshot.KindEnvoy, snapshot.DialectEnvoy},
-		{GRPCGo, snapshot.KindGRPC, snapshot.DialectGRPCGo},
-		{GRPCJS, snapshot.KindGRPCLegacy, snapshot.DialectGRPCJS},
-		{CCore, snapshot.KindGRPC, snapshot.DialectCCore},
-		{Clientlib, snapshot.KindClientlib, snapshot.DialectClientlib},
+		{Name: Envoy, Kind: snapshot.KindEnvoy, Dialect: snapshot.DialectEnvoy},
+		{Name: GRPCGo, Kind: snapshot.KindGRPC, Dialect: snapshot.DialectGRPCGo},
+		{Name: GRPCGoBalancer, Kind: snapshot.KindGRPC, Dialect: balancer, FadeSchedule: true},
+		{Name: GRPCJS, Kind: snapshot.KindGRPCLegacy, Dialect: snapshot.DialectGRPCJS},
+		{Name: CCore, Kind: snapshot.KindGRPC, Dialect: snapshot.DialectCCore},
+		{Name: Clientlib, Kind: snapshot.KindClientlib, Dialect: snapshot.DialectClientlib},
 	}
 }
 

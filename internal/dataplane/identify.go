@@ -35,6 +35,13 @@ const (
 	GRPCOther = "grpc"
 )
 
+// GRPCGoBalancer names grpc-go running clientlib/grpcbalancer where
+// /debug/pick and the debug page list what each implementation picks; it
+// picks apart from plain grpc-go while endpoints fade in. /debug/clients
+// shows such a client as grpc-go with Client.GRPCBalancer set. The name has
+// no "+": a query string reads one as a space.
+const GRPCGoBalancer = "grpc-go-grpcbalancer"
+
 // Client is what a node's user agent and metadata say about the data plane
 // behind an xDS stream.
 type Client struct {

@@ -47,6 +47,11 @@ type Options struct {
 	// Gatherer serves /metrics; nil means prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	Logger   *zap.Logger
+	// Now is the clock a grpc-go client running clientlib/grpcbalancer
+	// reads to cut keys over while endpoints fade in; nil means time.Now.
+	// It is not the server's fade clock (server.Options.Now): the package
+	// reads the wall clock of the client's machine.
+	Now func() time.Time
 }
 
 // Limits on debug queries, so a hostile or careless query cannot make the
@@ -74,6 +79,9 @@ func New(opts Options) *Handler {
 	}
 	if opts.Problems == nil {
 		opts.Problems = func() []watch.Problem { return nil }
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	h := &Handler{opts: opts, mux: http.NewServeMux(), probes: http.NewServeMux()}
 	h.mux.HandleFunc("GET /debug/snapshot", h.snapshot)
@@ -247,22 +255,46 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key, impl string) {
 	hash := ringhash.HashKey(key)
+	// The clock, not the snapshot's step: a client running
+	// clientlib/grpcbalancer reads its own clock at every pick against the
+	// fade starts its schedule lists, and the schedule stays the same from
+	// step to step, so from a step's instant on the client is on that step
+	// even before the server publishes it.
+	now := h.opts.Now()
 	res := PickResult{Cluster: cluster, Key: key, Client: impl, Hash: strconv.FormatUint(hash, 10),
 		ByClient: map[string]string{}, Unpredicted: dataplane.Unpredicted()}
 	for _, p := range dataplane.Predicted() {
-		d, err := h.decoded(snap, p.Kind, p.Dialect, cluster)
+		policy, ep, err := h.predict(snap, p, cluster, hash, now)
 		if err != nil {
 			h.opts.Logger.Error("cannot decode published cluster", zap.String("cluster", cluster), zap.String("client", p.Name), zap.Error(err))
 			writeError(w, http.StatusInternalServerError, "decode "+p.Name+" resources of "+cluster+": "+err.Error())
 			return
 		}
-		ep := d.Endpoints[d.Ring.Pick(hash)].Addr
 		res.ByClient[p.Name] = ep
 		if p.Name == impl {
-			res.Policy, res.Endpoint = d.Ring.Policy(), ep
+			res.Policy, res.Endpoint = policy, ep
 		}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// predict returns the ring policy implementation p runs on the cluster and
+// the endpoint it sends request hash h to at now.
+func (h *Handler) predict(snap *snapshot.Snapshot, p dataplane.Implementation, cluster string, hash uint64, now time.Time) (policy, endpoint string, err error) {
+	d, err := h.decoded(snap, p.Kind, p.Dialect, cluster)
+	if err != nil {
+		return "", "", err
+	}
+	if p.FadeSchedule {
+		f, err := h.fadeRing(snap, p, cluster, d, now)
+		if err != nil {
+			return "", "", err
+		}
+		if f != nil {
+			return ringhash.PolicyRingHash, f.pick(hash, now), nil
+		}
+	}
+	return d.Ring.Policy(), d.Endpoints[d.Ring.Pick(hash)].Addr, nil
 }
 
 // ringCache holds the rings decoded from one published snapshot, built on
@@ -271,20 +303,22 @@ type ringCache struct {
 	snap  *snapshot.Snapshot
 	mu    sync.Mutex
 	rings map[ringKey]*snapshot.Decoded
+	// fades holds the N-rings of fade schedules, nil where an
+	// implementation runs no schedule on the cluster.
+	fades map[ringKey]*fadeRing
 }
 
 type ringKey struct {
 	kind    snapshot.Kind
-	dialect string
+	dialect snapshot.Dialect
 	cluster string
 }
 
-// decoded returns the ring a data plane of dialect d builds from the
-// resources of kind, decoding it on first use.
-func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, d snapshot.Dialect, cluster string) (*snapshot.Decoded, error) {
+// cache returns the ring cache of snap.
+func (h *Handler) cache(snap *snapshot.Snapshot) *ringCache {
 	rc := h.rings.Load()
 	if rc == nil || rc.snap != snap {
-		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded)}
+		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded), fades: make(map[ringKey]*fadeRing)}
 		if h.rings.CompareAndSwap(rc, fresh) {
 			rc = fresh
 		} else {
@@ -294,9 +328,16 @@ func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, d snapsho
 			}
 		}
 	}
+	return rc
+}
+
+// decoded returns the ring a data plane of dialect d builds from the
+// resources of kind, decoding it on first use.
+func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, d snapshot.Dialect, cluster string) (*snapshot.Decoded, error) {
+	rc := h.cache(snap)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	k := ringKey{kind, d.Name, cluster}
+	k := ringKey{kind, d, cluster}
 	if dec, ok := rc.rings[k]; ok {
 		return dec, nil
 	}
