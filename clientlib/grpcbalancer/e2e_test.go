@@ -9,6 +9,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	_ "github.com/ringxds/ringxds/clientlib/grpcbalancer"
+	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/testcp"
 )
 
@@ -92,14 +93,15 @@ func TestOnlyPickedEndpointsAreConnected(t *testing.T) {
 // ringxds.ring_hash policy ringxds publishes ahead of ring_hash for a
 // cluster laid out for fade-in, and cuts each key over to a new endpoint
 // on its own: a 100 -> 110 batch keeps every key a new endpoint sees,
-// moves none between old endpoints and none back. The same fade without
-// the package (the weight ramp) is measured in internal/server/e2e
-// (TestBatchFadeWeightRampGRPC).
+// moves none between old endpoints and none back. Mid-fade each sampled
+// key goes where /debug/pick says for grpc-go with this package, asked in
+// the same fade step. The same fade without the package (the weight ramp)
+// is measured in internal/server/e2e (TestBatchFadeWeightRampGRPC).
 func TestBatchFadeIsExactWithThePackage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 10 s fade through 110 backends")
 	}
-	m := testcp.BatchFade(t, 100, 10, 2000, 10*time.Second)
+	m := testcp.BatchFade(t, 100, 10, 2000, 10*time.Second, dataplane.GRPCGoBalancer)
 	t.Logf("grpc-go with grpcbalancer, 100 -> 110 batch: %v", m)
 	if m.Precision != 100 || m.OldOld != 0 || m.Flaps != 0 {
 		t.Fatalf("want 100%% precision, no old-old churn and no flaps: %v", m)
@@ -108,5 +110,8 @@ func TestBatchFadeIsExactWithThePackage(t *testing.T) {
 	// to: mid-fade the two send some keys to different endpoints.
 	if m.OffRamp == 0 {
 		t.Fatalf("every sampled key went where the weight ramp sends it: ringxds.ring_hash did not run: %v", m)
+	}
+	if m.OffPickOf == 0 || m.OffPick != 0 {
+		t.Fatalf("mid-fade, %d of %d sampled keys went elsewhere than /debug/pick?client=%s says: %v", m.OffPick, m.OffPickOf, dataplane.GRPCGoBalancer, m)
 	}
 }

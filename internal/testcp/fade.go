@@ -9,6 +9,8 @@ import (
 	"time"
 
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/ringxds/ringxds/internal/fadein"
 )
 
 // FadeMetrics are docs/fade-in.md's measures of one scale-up, taken from
@@ -34,11 +36,16 @@ type FadeMetrics struct {
 	// without clientlib/grpcbalancer) did at that moment; OffRampOf is how
 	// many were sampled.
 	OffRamp, OffRampOf int
+	// OffPick counts, over keys sampled mid-fade one at a time, the keys
+	// the client sent elsewhere than /debug/pick said for the
+	// implementation BatchFade was given, asked in the same fade step;
+	// OffPickOf is how many were sampled.
+	OffPick, OffPickOf int
 }
 
 func (m FadeMetrics) String() string {
-	return fmt.Sprintf("precision %.2f%% (%d pairs), old-old %.3f per 100 keys, flaps %.4f per key, moved %.2f%% (ideal %.2f%%), %d rounds; %d/%d sampled keys off the weight ramp",
-		m.Precision, m.Pairs, m.OldOld, m.Flaps, m.Moved, m.Ideal, m.Rounds, m.OffRamp, m.OffRampOf)
+	return fmt.Sprintf("precision %.2f%% (%d pairs), old-old %.3f per 100 keys, flaps %.4f per key, moved %.2f%% (ideal %.2f%%), %d rounds; %d/%d sampled keys off the weight ramp, %d/%d off /debug/pick",
+		m.Precision, m.Pairs, m.OldOld, m.Flaps, m.Moved, m.Ideal, m.Rounds, m.OffRamp, m.OffRampOf, m.OffPick, m.OffPickOf)
 }
 
 // BatchFade runs a batch scale-up of a ring_hash cluster from old to
@@ -46,7 +53,9 @@ func (m FadeMetrics) String() string {
 // through grpc-go's own xDS client, on the real clock, and measures it
 // over keys keys. Which ring_hash the client runs depends on the test
 // binary: with clientlib/grpcbalancer linked, its ringxds.ring_hash.
-func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics {
+// Mid-fade, sampled keys are checked against /debug/pick for the
+// implementation pick (OffPick).
+func BatchFade(t *testing.T, old, add, keys int, fade time.Duration, pick string) FadeMetrics {
 	t.Helper()
 	backends := StartBackends(t, old+add)
 	yaml := func(n int) string { return batchFadeYAML(backends[:n], fade) }
@@ -135,6 +144,9 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics
 					m.OffRamp++
 				}
 			}
+			off, of := offPick(ctx, t, cp, client, names, max(keys/25, 1), pick)
+			m.OffPick += off
+			m.OffPickOf += of
 		}
 		step(cur)
 		m.Rounds++
@@ -165,6 +177,38 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration) FadeMetrics
 		t.Fatal("no key moved to a new backend")
 	}
 	return m
+}
+
+// offPick sends every stride-th key once and asks /debug/pick where
+// implementation pick sends it, and returns how many of them the client
+// sent elsewhere, and how many it compared. A sweep spans steps, while a
+// per-key cut-over moves keys at each step's instant: each key is compared
+// within one step (fadein.StepTime), and sent again if the step changed.
+func offPick(ctx context.Context, t *testing.T, cp *ControlPlane, client testgrpc.TestServiceClient, names []string, stride int, pick string) (off, of int) {
+	t.Helper()
+	for i := 0; i < len(names); i += stride {
+		for try := 0; ; try++ {
+			step := fadein.StepTime(time.Now())
+			got, err := Call(ctx, client, "x-product-id", names[i])
+			if err != nil {
+				t.Fatalf("RPC for %s: %v", names[i], err)
+			}
+			want := cp.Pick("products", names[i], pick).Endpoint
+			if !fadein.StepTime(time.Now()).Equal(step) {
+				if try < 3 {
+					continue
+				}
+				break // a machine too slow to finish within a step
+			}
+			of++
+			if got != want {
+				off++
+				t.Logf("key %s: sent to %s, /debug/pick?client=%s says %s", names[i], got, pick, want)
+			}
+			break
+		}
+	}
+	return off, of
 }
 
 // batchFadeYAML is the products cluster of BatchFade over backends, each
