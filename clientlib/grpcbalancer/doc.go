@@ -54,8 +54,10 @@
 // key an early pod took moves on when a later pod that owns it arrives,
 // and there the weight ramp can do better (docs/fade-in.md). The client
 // library itself follows the weight ramp on laid-out clusters, so mid-fade
-// this package routes some keys elsewhere than Envoy, clientlib and
-// /debug/pick (which shows the weight ramp) until the fade ends.
+// this package routes some keys elsewhere than Envoy and clientlib until
+// the fade ends. /debug/pick answers for it as "grpc-go-grpcbalancer",
+// from the same schedule parser and N-ring (internal/fadeschedule) and
+// the server's clock; its other answers show the weight ramp.
 //
 // Cost: one ring per event, each of the cluster's final entry count, built
 // on every schedule change; a cluster laid out at 1000 endpoints x 1024
