@@ -73,7 +73,9 @@ func TestFadingPickerCutsKeysOverToTheirFinalOwner(t *testing.T) {
 	mid := fadingPicker(t, now.Add(-5*time.Second))
 	after := fadingPicker(t, now.Add(-time.Minute))
 	owner := func(p *picker, h uint64) int {
-		r, idx := p.ringFor(h)
+		// One instant for every key: a loop that crossed a second would
+		// see the fade a step further on for the rest of the keys.
+		r, idx := p.ringAt(h, now)
 		return member(idx, r.Pick(h))
 	}
 	final, err := fadeschedule.CountRing(func() []ringhash.Endpoint {
