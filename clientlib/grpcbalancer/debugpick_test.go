@@ -26,9 +26,10 @@ import (
 // onePublisher serves one snapshot to the debug handler.
 type onePublisher struct{ snap *snapshot.Snapshot }
 
-func (p onePublisher) Current() *snapshot.Snapshot    { return p.snap }
-func (p onePublisher) Ready() bool                    { return true }
-func (p onePublisher) Clients() []server.ClientStatus { return nil }
+func (p onePublisher) Current() *snapshot.Snapshot                    { return p.snap }
+func (p onePublisher) Ready() bool                                    { return true }
+func (p onePublisher) Clients() []server.ClientStatus                 { return nil }
+func (p onePublisher) RefusedConnections() []server.RefusedConnection { return nil }
 
 // clientPicker runs the grpc kind's Cluster through the balancer as grpc-go
 // hands it over: the TypedStruct's value marshalled with encoding/json
