@@ -84,7 +84,7 @@ for s in "${scenarios[@]}"; do
 	esac
 	heapkey=live_heap_per_client_kb
 	[[ -n $(kv "$line" $heapkey) ]] || heapkey=heap_per_client_kb
-	rows+=("| $what | $(kv "$line" converged) | $(kv "$line" propagation_p50_ms) | $(kv "$line" propagation_p99_ms) | $(kv "$line" propagation_max_ms) | $(kv "$line" server_change_to_push_ms) / $(kv "$line" server_push_ms) | $(kv "$line" server_cpu_s) / $(kv "$line" loadgen_cpu_s) | $(kv "$line" server_rss_mb) | $(kv "$line" rss_per_client_kb) | $(kv "$line" $heapkey) | $(kv "$line" stack_per_client_kb) | $(kv "$line" bytes_per_change) | $(kv "$line" load1) | $extra | $verdict |")
+	rows+=("| $what | $(kv "$line" converged) | $(kv "$line" propagation_p50_ms) | $(kv "$line" propagation_p99_ms) | $(kv "$line" propagation_max_ms) | $(kv "$line" server_change_to_push_ms) / $(kv "$line" server_push_ms) | $(kv "$line" server_cpu_s) / $(kv "$line" loadgen_cpu_s) | $(kv "$line" server_cpu_us_per_response) / $(kv "$line" server_cpu_us_per_response_without_source) ($(kv "$line" source_share)) | $(kv "$line" server_rss_mb) | $(kv "$line" rss_per_client_kb) | $(kv "$line" $heapkey) | $(kv "$line" stack_per_client_kb) | $(kv "$line" bytes_per_change) | $(kv "$line" load1) | $extra | $verdict |")
 	lines+=("xds-loadgen --spawn-server $flags" "  $line")
 done
 load_after=$(loadavg)
@@ -127,10 +127,15 @@ section=$out/section.md
 	echo "file event to caches updated: debounce, reparse, build, diff and the caches'"
 	echo "fan-out to watches), push the mean of \`ringxds_xds_push_seconds\` (build, diff"
 	echo "and cache update); the rest is delivery. CPU is what the server and the client"
-	echo "simulator each used during the change phase, on the same cores."
+	echo "simulator each used during the change phase, on the same cores. CPU per"
+	echo "response is the server's CPU over the xDS responses it sent in that phase"
+	echo "(\`ringxds_xds_pushes_total\`), a figure the machine's load does not change;"
+	echo "the second figure leaves out the source's reading of its input"
+	echo "(\`ringxds_source_cpu_seconds_total\`, measured on the source's own thread),"
+	echo "whose share of the server's CPU is in parentheses."
 	echo
-	echo "| scenario | converged | p50 ms | p99 ms | max ms | server change-to-push / push ms | CPU s server / tool | server RSS MB | RSS / client KB | live heap / client KB | stack / client KB | bytes / change | load | notes | result |"
-	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	echo "| scenario | converged | p50 ms | p99 ms | max ms | server change-to-push / push ms | CPU s server / tool | server CPU us / response, without source (source share) | server RSS MB | RSS / client KB | live heap / client KB | stack / client KB | bytes / change | load | notes | result |"
+	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	printf '%s\n' "${rows[@]}"
 	echo
 	echo "Targets: p99 <= 250 ms at 1,000 clients and <= 1 s at 5,000; <= 40 KB per"

@@ -45,6 +45,16 @@ type Result struct {
 	// ServerCPUSeconds and ToolCPUSeconds are the CPU time the server and
 	// this tool used during the change phase (the machine is shared).
 	ServerCPUSeconds, ToolCPUSeconds float64
+	// Responses counts the xDS responses the server sent in the change
+	// phase; ServerCPUPerResponseUS is ServerCPUSeconds over it, a figure
+	// of the server's work that the machine's load does not change.
+	// SourceCPUSeconds is the part the source spent reading its input
+	// (ringxds_source_cpu_seconds_total, measured on the source's own
+	// thread), and SourceShare that part of ServerCPUSeconds.
+	Responses              int
+	ServerCPUPerResponseUS float64
+	SourceCPUSeconds       float64
+	SourceShare            float64
 	// Unchanged counts EDS resources a client received, within one stream,
 	// with the content it already held: work and bytes spent on a client
 	// the change did not concern.
@@ -101,6 +111,8 @@ func (r *Result) Line() string {
 	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
 		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
+	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s",
+		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
 			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), signed(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
@@ -111,6 +123,15 @@ func (r *Result) Line() string {
 			s.Resynced, r.Clients, num(s.ResyncP50, 1), num(s.ResyncP99, 1), num(s.ResyncMax, 1))
 	}
 	return b.String()
+}
+
+// cpuPerResponseWithoutSource is the server's CPU per response once the
+// source's reading of its input is taken out: the fan-out's own cost.
+func (r *Result) cpuPerResponseWithoutSource() float64 {
+	if r.Responses <= 0 || r.SourceShare < 0 {
+		return -1
+	}
+	return (r.ServerCPUSeconds - r.SourceCPUSeconds) * 1e6 / float64(r.Responses)
 }
 
 // meanMS is the mean of a histogram in seconds between two scrapes, in
@@ -277,6 +298,15 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	if after := r.metricsOrNil(ctx); before != nil && after != nil && cfg.Changes > 0 {
 		res.BytesPerChange = (after.sum("ringxds_xds_bytes_sent_total") - before.sum("ringxds_xds_bytes_sent_total")) / float64(cfg.Changes)
 		res.ServerCPUSeconds = after.sum("process_cpu_seconds_total") - before.sum("process_cpu_seconds_total")
+		res.Responses = int(after.sum("ringxds_xds_pushes_total") - before.sum("ringxds_xds_pushes_total"))
+		res.SourceCPUSeconds = after.sum("ringxds_source_cpu_seconds_total") - before.sum("ringxds_source_cpu_seconds_total")
+		res.ServerCPUPerResponseUS, res.SourceShare = -1, -1
+		if res.Responses > 0 {
+			res.ServerCPUPerResponseUS = res.ServerCPUSeconds * 1e6 / float64(res.Responses)
+		}
+		if res.ServerCPUSeconds > 0 {
+			res.SourceShare = res.SourceCPUSeconds / res.ServerCPUSeconds
+		}
 		res.ChangeToPushMS = meanMS(before, after, "ringxds_change_to_push_seconds")
 		res.BuildMS = meanMS(before, after, "ringxds_snapshot_build_seconds")
 		res.PushMS = meanMS(before, after, "ringxds_xds_push_seconds")
