@@ -46,13 +46,34 @@ func FuzzParseFile(f *testing.F) {
 	})
 }
 
+// yamlLines counts the lines of data as the YAML parser does, which is
+// what problems' line numbers follow: CRLF, a lone CR, LF and the
+// Unicode breaks NEL, LS and PS each end a line.
+func yamlLines(data []byte) int {
+	n := 1
+	for i := 0; i < len(data); i++ {
+		switch {
+		case data[i] == '\r':
+			if i+1 < len(data) && data[i+1] == '\n' {
+				i++
+			}
+			n++
+		case data[i] == '\n':
+			n++
+		case bytes.HasPrefix(data[i:], []byte("\u0085")), bytes.HasPrefix(data[i:], []byte("\u2028")), bytes.HasPrefix(data[i:], []byte("\u2029")):
+			n++
+		}
+	}
+	return n
+}
+
 func checkFileErrors(t *testing.T, path string, data []byte, err error) {
 	t.Helper()
 	errs := FileErrors(err)
 	if len(errs) == 0 || len(errs) > fileMaxProblems+1 {
 		t.Fatalf("ParseFile's error holds %d FileErrors: %v", len(errs), err)
 	}
-	lines := bytes.Count(data, []byte("\n")) + 1
+	lines := yamlLines(data)
 	for i, fe := range errs {
 		if fe.Path != path || fe.Err == nil || fe.Err.Error() == "" || fe.Line < 0 || fe.Column < 0 {
 			t.Fatalf("problem %d is %#v", i, fe)
