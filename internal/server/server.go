@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/dataplane"
+	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -77,6 +78,11 @@ type Server struct {
 	// once, not at every retry.
 	failed    map[string]string
 	stepTimer *time.Timer
+	// builtAt is the instant the published snapshot was built for, the
+	// fade-in step in force; clockBehind is set while a build is held
+	// there because the clock went back (buildInstant).
+	builtAt     time.Time
+	clockBehind bool
 	// published holds, per cache group, every resource in that cache with
 	// its content version, so Apply touches only what changed and hashes
 	// only resources the builder did not reuse.
@@ -231,6 +237,14 @@ func (s *Server) Apply(state model.State) error {
 // scheduleStep arranges for the last State to be rebuilt when the published
 // snapshot says its resources change next (a fade-in step), so fades
 // progress without any input change.
+//
+// A timer measures elapsed time, while steps are instants of the server's
+// clock, which can be stepped (NTP, a resumed VM). So the timer looks at the
+// clock at least once a fadein.StepInterval, and rebuilds once the clock has
+// reached the step or at least a later step than the one published: a
+// clock stepped forward is followed within a second, and one stepped back
+// holds the fade at the step published, rather than rebuilding at an
+// earlier step or sleeping for as long as the step was.
 func (s *Server) scheduleStep(at time.Time) {
 	if s.stepTimer != nil {
 		s.stepTimer.Stop()
@@ -239,12 +253,21 @@ func (s *Server) scheduleStep(at time.Time) {
 	if at.IsZero() || s.ctx.Err() != nil {
 		return
 	}
-	s.stepTimer = time.AfterFunc(max(at.Sub(s.now()), 0), func() {
+	// Set under applyMu, which the callback takes before reading it.
+	var timer *time.Timer
+	timer = time.AfterFunc(min(max(at.Sub(s.now()), 0), fadein.StepInterval), func() {
 		if s.ctx.Err() != nil {
 			return
 		}
 		s.applyMu.Lock()
 		defer s.applyMu.Unlock()
+		if s.stepTimer != timer {
+			return // an Apply since has scheduled its own step
+		}
+		if now := s.now(); now.Before(at) && !fadein.StepTime(now).After(fadein.StepTime(s.builtAt)) {
+			s.scheduleStep(at)
+			return
+		}
 		st := s.last
 		st.ChangedAt = time.Time{} // a step is not an input change
 		if err := s.applyLocked(st); err != nil {
@@ -252,11 +275,59 @@ func (s *Server) scheduleStep(at time.Time) {
 			s.scheduleStep(s.now().Add(time.Second))
 		}
 	})
+	s.stepTimer = timer
+}
+
+// buildInstant is the instant to build state for: the clock's now, unless
+// the clock is behind the instant the published snapshot was built for
+// while an endpoint published then is fading at now. Built at the earlier
+// instant, that endpoint would hold fewer ring entries than it was
+// published with, and the keys it took would go back to old endpoints; the
+// published step is held instead until the clock passes it. An endpoint
+// added meanwhile is planned at that step too, so it may skip part of its
+// fade.
+func (s *Server) buildInstant(state model.State, now time.Time) time.Time {
+	if !now.Before(s.builtAt) || !fadingAt(state, s.last, now) {
+		s.clockBehind = false
+		return now
+	}
+	if !s.clockBehind {
+		s.clockBehind = true
+		s.log.Warn("the clock went back behind the fade-in step already published; fades hold at that step until the clock passes it",
+			zap.Time("clock", now), zap.Time("step", s.builtAt))
+	}
+	return s.builtAt
+}
+
+// fadingAt reports whether an endpoint of state that prev has too is
+// fading at now, or has a start still ahead of it: an endpoint whose
+// published ring entries a build at now could take back.
+func fadingAt(state, prev model.State, now time.Time) bool {
+	step := fadein.StepTime(now)
+	for i := range state.Clusters {
+		c := &state.Clusters[i]
+		p, ok := prev.Cluster(c.Name)
+		if c.FadeIn == nil || !ok {
+			continue
+		}
+		published := make(map[string]bool, len(p.Endpoints))
+		for _, ep := range p.Endpoints {
+			published[ep.HostPort()] = true
+		}
+		curve := fadein.Curve{Duration: c.FadeIn.Duration, Exponent: c.FadeIn.Exponent}
+		for _, ep := range c.Endpoints {
+			if !ep.FirstSeen.IsZero() && curve.Share(step.Sub(ep.FirstSeen)) < 1 && published[ep.HostPort()] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) applyLocked(state model.State) error {
 	start := s.now()
-	snap, err := s.builder.Build(state, start)
+	at := s.buildInstant(state, start)
+	snap, err := s.builder.Build(state, at)
 	if err != nil {
 		s.metrics.buildErrors.Inc()
 		s.log.Error("snapshot build failed; keeping the published snapshot", zap.Error(err))
@@ -283,6 +354,7 @@ func (s *Server) applyLocked(state model.State) error {
 	}
 	s.published = next
 	s.last = state
+	s.builtAt = at
 	s.metrics.fading.Reset()
 	for _, c := range state.Clusters {
 		s.metrics.fading.WithLabelValues(c.Name).Set(float64(len(snap.Fading[c.Name])))
