@@ -45,6 +45,7 @@ type ControlPlane struct {
 type options struct {
 	xdsAddr string
 	now     func() time.Time
+	applied func(model.State)
 }
 
 // Option configures Start.
@@ -56,6 +57,11 @@ func WithXDSAddr(addr string) Option { return func(o *options) { o.xdsAddr = add
 
 // WithClock makes the server compute fade-in steps against now.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithApplied calls applied with every state the source publishes, once
+// the server has applied it: what the server published, in order, which
+// clients may see only part of.
+func WithApplied(applied func(model.State)) Option { return func(o *options) { o.applied = applied } }
 
 // Start serves file and waits for the first snapshot.
 func Start(t testing.TB, file string, opts ...Option) *ControlPlane {
@@ -100,6 +106,8 @@ func Start(t testing.TB, file string, opts ...Option) *ControlPlane {
 		_ = src.Run(ctx, func(st model.State) {
 			if err := srv.Apply(st); err != nil {
 				t.Errorf("apply: %v", err)
+			} else if o.applied != nil {
+				o.applied(st)
 			}
 		})
 	}()
