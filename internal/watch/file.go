@@ -76,6 +76,11 @@ type FileOptions struct {
 	// larger file is refused without being read whole. Zero means
 	// DefaultFileMaxSize.
 	MaxSize int64
+	// Now is the clock that dates changes (an endpoint's FirstSeen, a
+	// departure); nil means time.Now. A server whose fade-in clock is
+	// not the wall clock passes the same one, so that the two agree on
+	// when a fade started and whether it is over.
+	Now func() time.Time
 }
 
 // FileSource is the Source that reads clusters from an endpoints file (see
@@ -99,8 +104,10 @@ type FileSource struct {
 	maxSize  int64
 	// writerWait is DefaultFileWriterWait, shorter in tests.
 	writerWait time.Duration
-	reloads    *prometheus.CounterVec
-	problems   prometheus.Gauge
+	// now dates changes (FileOptions.Now).
+	now      func() time.Time
+	reloads  *prometheus.CounterVec
+	problems prometheus.Gauge
 
 	mu sync.Mutex
 	// good is the last valid state, FirstSeen assigned; nil until the first
@@ -157,6 +164,10 @@ func fileNewSource(name string, opts FileOptions) (*FileSource, error) {
 		debounce:   opts.Debounce,
 		maxSize:    cmp.Or(opts.MaxSize, DefaultFileMaxSize),
 		writerWait: DefaultFileWriterWait,
+		now:        opts.Now,
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -213,7 +224,7 @@ func fileRegister[C prometheus.Collector](r prometheus.Registerer, c C) (C, erro
 // problem with its file, line and field (see FileErrors). A successful Load
 // becomes the state Run publishes first.
 func (s *FileSource) Load() (model.State, error) {
-	st, err := s.reload(time.Now())
+	st, err := s.reload(s.now())
 	return st, err
 }
 
@@ -226,7 +237,7 @@ func (s *FileSource) Load() (model.State, error) {
 // watched, or if in-memory content is invalid (waiting cannot fix it).
 func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	if s.path == "" {
-		st, err := s.reload(time.Now())
+		st, err := s.reload(s.now())
 		if err != nil {
 			// Fixed content cannot be fixed by waiting.
 			return fmt.Errorf("file source: %w", err)
@@ -259,7 +270,7 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	// The watch is in place before this read, so no change after it is
 	// missed; a change between Load and now is picked up here.
 	var last *model.State
-	if st, err := s.reload(time.Now()); err == nil {
+	if st, err := s.reload(s.now()); err == nil {
 		last = &st
 	} else if good, ok := s.goodState(); ok {
 		// The file went bad after a successful Load: serve what Load saw.
@@ -302,7 +313,7 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 			// rereading the file is the only way to be sure.
 			s.log.Warn("file watcher error; rereading the file", zap.Error(err))
 			if !l.pending {
-				l.pending, l.first = true, time.Now()
+				l.pending, l.first, l.firstAt = true, time.Now(), s.now()
 			}
 			l.timer.Reset(s.debounce)
 		case <-l.timer.C:
@@ -319,15 +330,17 @@ type fileLoop struct {
 	publish func(model.State)
 	last    *model.State
 	timer   *time.Timer
-	// pending: a change is not read yet, first seen at first; waiting: the
-	// read waits for an in-place writer, which has been logged.
+	// pending: a change is not read yet, first seen at first (by the
+	// wall clock, for the debounce) and firstAt (by the source's clock,
+	// which dates the change); waiting: the read waits for an in-place
+	// writer, which has been logged.
 	pending, waiting bool
-	first            time.Time
+	first, firstAt   time.Time
 }
 
 func (l *fileLoop) changed(now time.Time) {
 	if !l.pending {
-		l.pending, l.first = true, now
+		l.pending, l.first, l.firstAt = true, now, l.s.now()
 	}
 	l.debounce(now)
 }
@@ -359,7 +372,7 @@ func (l *fileLoop) quiet() {
 			zap.Time("last_write", last), zap.Duration("wait", s.writerWait))
 	}
 	l.pending, l.waiting = false, false
-	st, err := s.reload(l.first)
+	st, err := s.reload(l.firstAt)
 	if err != nil {
 		return
 	}
