@@ -101,7 +101,7 @@ func FileErrors(err error) []*FileError {
 // ParseFile is pure: it touches no file and keeps no state, and the
 // returned State has zero FirstSeen and ChangedAt.
 func ParseFile(path string, data []byte) (model.State, error) {
-	p := &fileParser{path: path}
+	p := &fileParser{path: path, lines: fileLineCount(data)}
 	state, locs := p.parse(data)
 	if p.found == 0 {
 		p.validate(&state, locs)
@@ -128,6 +128,9 @@ type fileParser struct {
 	errs []*FileError
 	// found counts every problem, listed or not.
 	found int
+	// lines is the file's line count as the YAML parser counts lines;
+	// no problem is placed past it.
+	lines int
 }
 
 // fileMaxProblems is how many problems one file reports. A generated file
@@ -214,8 +217,33 @@ func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ..
 	fe := &FileError{Path: p.path, Field: field, Cluster: cluster, Err: fmt.Errorf(format, args...)}
 	if n != nil {
 		fe.Line, fe.Column = n.Line, n.Column
+		if fe.Line > p.lines {
+			// yaml/v3 places a node that ends the file (an empty
+			// document's null) on the line after the last.
+			fe.Line, fe.Column = p.lines, 0
+		}
 	}
 	p.add(fe)
+}
+
+// fileLineCount counts data's lines as yaml/v3 does: CRLF, CR and LF each
+// end a line, and so do the Unicode breaks NEL, LS and PS.
+func fileLineCount(data []byte) int {
+	n := 1
+	for i := 0; i < len(data); i++ {
+		switch {
+		case data[i] == '\r':
+			if i+1 < len(data) && data[i+1] == '\n' {
+				i++
+			}
+			n++
+		case data[i] == '\n':
+			n++
+		case bytes.HasPrefix(data[i:], []byte("\u0085")), bytes.HasPrefix(data[i:], []byte("\u2028")), bytes.HasPrefix(data[i:], []byte("\u2029")):
+			n++
+		}
+	}
+	return n
 }
 
 func (p *fileParser) syntaxError(err error, data []byte) {
@@ -234,7 +262,7 @@ func (p *fileParser) syntaxError(err error, data []byte) {
 		// A file that ends without a newline ends, for yaml/v3, on the
 		// line after its last; a problem found there (a mapping or list
 		// left open) is at the end of the last line.
-		fe.Line = min(fe.Line, bytes.Count(data, []byte("\n"))+1)
+		fe.Line = min(fe.Line, p.lines)
 		fe.Err = fmt.Errorf("invalid YAML: %s", problem)
 	}
 	p.add(fe)
