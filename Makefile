@@ -24,7 +24,12 @@ FUZZTIME       ?= 5m
 FUZZTIME_SHORT ?= 3s
 FUZZFLAGS      ?=
 
-.PHONY: all build run demo demo-node test test-unit test-k8s testbin browser node-clients py-clients bench bench-scale lint fuzz fuzz-short fuzz-run clean
+# The image `make image` writes, and the name its index gives it (the digest
+# does not depend on the name).
+IMAGE_TAR  ?= $(BIN)/xds-server-image.tar
+IMAGE_NAME ?= ringxds/xds-server:v0.1.0
+
+.PHONY: all build run demo demo-node image release-pin test test-unit test-k8s testbin browser node-clients py-clients bench bench-scale lint fuzz fuzz-short fuzz-run clean
 
 all: build
 
@@ -43,8 +48,20 @@ demo:
 demo-node: node-clients
 	GO=$(GO) CLIENT=node NODE_PATH=$(TESTBIN)/node_modules bash examples/grpc/demo.sh
 
+## image: the xds-server container image, built without a Docker engine
+## (hack/image: the static binary alone, no base image), written as an OCI
+## archive; prints its digest, the same for the same source and Go version.
+image:
+	$(GO) run ./hack/image -o $(IMAGE_TAR) -name $(IMAGE_NAME)
+
+## release-pin: pins deploy/overlays/release to the digest of that image, for
+## a release pushed from the archive as it is (README, "Run it in Kubernetes").
+release-pin: image
+	$(GO) run ./hack/image pin -archive $(IMAGE_TAR) -kustomization deploy/overlays/release/kustomization.yaml
+
 ## test: the whole suite (unit, end-to-end with real grpc-go, grpc-js and
-## C-core clients, Kubernetes against a real API server).
+## C-core clients, Kubernetes against a real API server, the Helm chart, and
+## the image, which hack/image's tests build and start themselves).
 test: testbin browser node-clients py-clients lint fuzz-short
 	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 RINGXDS_REQUIRE_BROWSER=1 \
 	  RINGXDS_NODE_MODULES=$(TESTBIN)/node_modules RINGXDS_REQUIRE_NODE=1 RINGXDS_REQUIRE_PYGRPC=1 \
@@ -55,7 +72,7 @@ test-unit:
 
 ## test-k8s: only the tests that run against the real kube-apiserver + etcd.
 test-k8s: testbin
-	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 20m -run 'Kube|K8s' ./internal/watch/... ./deploy/... ./cmd/xds-server/
+	RINGXDS_TESTBIN=$(TESTBIN) RINGXDS_REQUIRE_TESTBIN=1 $(GO) test -race -count=1 -timeout 20m -run 'Kube|K8s' ./internal/watch/... ./deploy/... ./cmd/xds-server/ ./hack/image/
 
 testbin:
 	KUBE_VERSION=$(KUBE_VERSION) bash hack/testbin.sh $(TESTBIN)

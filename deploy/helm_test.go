@@ -68,7 +68,7 @@ tls: {enabled: true, certManager: {enabled: true}}`,
 	{
 		name: "release digest",
 		values: `
-image: {repository: registry.example.com/ringxds/xds-server, digest: ` + zeroDigest + `}
+image: {repository: registry.example.com/ringxds/xds-server, digest: RELEASE_DIGEST}
 tls: {enabled: true, certManager: {enabled: true}}`,
 		kustomize: "overlays/release",
 	},
@@ -92,9 +92,6 @@ admissionPolicy: {enabled: false}
 extraArgs: [--max-connection-age=1h]`, check: checkChartNarrowed},
 }
 
-// zeroDigest is deploy/overlays/release's placeholder digest.
-const zeroDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
-
 // TestKubeHelmChart renders the Helm chart with the Helm SDK for several
 // value sets and has a real kube-apiserver validate every object it knows
 // the kind of (apply --dry-run=server; cert-manager's objects are checked
@@ -114,6 +111,7 @@ func TestKubeHelmChart(t *testing.T) {
 	for _, c := range chartCases {
 		t.Run(c.name, func(t *testing.T) {
 			values := strings.ReplaceAll(c.values, "ENDPOINTS", exampleEndpointsJSON(t))
+			values = strings.ReplaceAll(values, "RELEASE_DIGEST", releaseDigest(t))
 			objs, err := renderChart(values)
 			if err != nil {
 				t.Fatalf("helm render: %v", err)
@@ -164,6 +162,23 @@ func exampleEndpointsJSON(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(j)
+}
+
+// releaseDigest is the digest deploy/overlays/release pins (make
+// release-pin sets it).
+func releaseDigest(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("overlays/release/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Images []struct{ Digest string } `yaml:"images"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil || len(k.Images) != 1 {
+		t.Fatalf("overlays/release: images %v (%v), want one", k.Images, err)
+	}
+	return k.Images[0].Digest
 }
 
 // TestHelmChartRefuses checks that values which would render objects that
