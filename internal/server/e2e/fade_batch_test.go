@@ -34,6 +34,8 @@ func batchYAMLKeys(all, serve []*testcp.Backend) string {
 
 // startBatch starts 12 backends and a control plane serving the first 8
 // on a settable clock, and routes keys through grpc-go's own xDS client.
+// timeout bounds every RPC of the test together: generous, since each
+// test sweeps thousands of keys and a loaded race-detector run is slow.
 func startBatch(t *testing.T, timeout time.Duration) ([]*testcp.Backend, *clock, *testcp.ControlPlane, func(string) (string, error)) {
 	t.Helper()
 	backends := testcp.StartBackends(t, 12)
@@ -69,7 +71,7 @@ func scaleUpBatch(t *testing.T, cp *testcp.ControlPlane, backends []*testcp.Back
 // key between old backends, and, after the fade, move no key back to an old
 // one.
 func TestFadeBatchWithHeldEntryGRPCAgrees(t *testing.T) {
-	backends, clk, cp, route := startBatch(t, 90*time.Second)
+	backends, clk, cp, route := startBatch(t, 240*time.Second)
 
 	const keys = 1000
 	before, bad := sweep(t, cp, keys, route)

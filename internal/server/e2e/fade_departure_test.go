@@ -18,7 +18,7 @@ import (
 // moves between old backends and none goes back from a new backend to an
 // old one: the plan replays the departures instead of taking entries back.
 func TestFadeDepartureMidFadeGRPCAgrees(t *testing.T) {
-	backends, clk, cp, route := startBatch(t, 120*time.Second)
+	backends, clk, cp, route := startBatch(t, 240*time.Second)
 
 	const keys = 1000
 	before := sweepAgreed(t, cp, keys, route, "before the scale-up")
