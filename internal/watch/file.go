@@ -105,7 +105,9 @@ type FileSource struct {
 	// writerWait is DefaultFileWriterWait, shorter in tests.
 	writerWait time.Duration
 	// now dates changes (FileOptions.Now).
-	now      func() time.Time
+	now func() time.Time
+	// cpu counts the CPU time reloads take (sourceCPUName).
+	cpu      prometheus.Counter
 	reloads  *prometheus.CounterVec
 	problems prometheus.Gauge
 
@@ -187,8 +189,12 @@ func fileNewSource(name string, opts FileOptions) (*FileSource, error) {
 		Help:        "Input problems a source currently reports.",
 		ConstLabels: labels,
 	})
+	s.cpu = newSourceCPU(fileSourceName)
 	if opts.Registerer != nil {
 		var err error
+		if s.cpu, err = fileRegister(opts.Registerer, s.cpu); err != nil {
+			return nil, err
+		}
 		if s.reloads, err = fileRegister(opts.Registerer, s.reloads); err != nil {
 			return nil, err
 		}
@@ -416,6 +422,7 @@ func (s *FileSource) Problems() []Problem {
 // clears the problems. On failure the good state is kept and the problems
 // recorded.
 func (s *FileSource) reload(at time.Time) (model.State, error) {
+	defer measureCPU(s.cpu)()
 	data := s.data
 	var err error
 	if s.path != "" {

@@ -261,6 +261,10 @@ func (r *kubeRebuilder) rebuild(reason string) time.Time {
 		changedAt = time.Now()
 	}
 
+	// The source's CPU is the reading and building; publishing runs the
+	// server's build and push, which are counted apart.
+	stopCPU := sync.OnceFunc(measureCPU(s.metrics.cpu))
+	defer stopCPU()
 	start := time.Now()
 	svcs, err := r.services.List(labels.Everything())
 	if err != nil {
@@ -289,6 +293,7 @@ func (r *kubeRebuilder) rebuild(reason string) time.Time {
 		return next
 	}
 	state.ChangedAt = changedAt
+	stopCPU()
 	r.publish(state)
 	s.metrics.publishes.Inc()
 	s.metrics.clusters.Set(float64(len(state.Clusters)))

@@ -22,6 +22,8 @@ type kubeMetrics struct {
 	// cached counts the objects in the informer caches, by kind: each add
 	// and delete notification is one object in or out of a cache.
 	cached *prometheus.GaugeVec
+	// cpu is the CPU time rebuilds take (sourceCPUName).
+	cpu prometheus.Counter
 }
 
 func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
@@ -70,6 +72,7 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 			Name: "ringxds_kube_cached_objects",
 			Help: "Objects held in the informer caches, by kind (service, endpointslice); what the watch selectors let through, opted in or not.",
 		}, []string{"kind"}),
+		cpu: newSourceCPU("kubernetes"),
 	}
 	// Both series exist from the start, so that an empty cache reads 0.
 	m.cached.WithLabelValues("service")
@@ -77,7 +80,7 @@ func kubeNewMetrics(reg prometheus.Registerer) (*kubeMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.drainingClusters, m.problems, m.activeProblems, m.watchErrors, m.cached} {
+	for _, c := range []prometheus.Collector{m.events, m.rebuilds, m.rebuildSeconds, m.publishes, m.clusters, m.drainingClusters, m.problems, m.activeProblems, m.watchErrors, m.cached, m.cpu} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
