@@ -120,7 +120,7 @@ func planFade(c *model.Cluster, now time.Time, memo *ringMemo) (*fadePlan, error
 	}
 	p.next = plan.Next
 	if plan.Gradual > 0 {
-		p.notes = append(p.notes, fmt.Sprintf("fade-in: the endpoints of %d start(s) (endpoints that turned ready within one second) follow their own curves: ring order would have brought in more than twice the curve's largest step at once, so some keys pass between new endpoints before they settle", plan.Gradual))
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: the endpoints of %d start(s) (endpoints added within one second of each other) follow their own curves: ring order would have brought in more than twice the curve's largest step at once, so some keys pass between new endpoints before they settle", plan.Gradual))
 	}
 	for i, ep := range eps {
 		fe := fadeEndpoint{weight: ep.Weight, fading: plan.Fading[i], start: ep.FirstSeen}
@@ -152,7 +152,7 @@ func (p *fadePlan) chooseLayout(c *model.Cluster, weightSum uint64) uint64 {
 	case c.FadeIn.Capacity == 0:
 		// The decision a user would question after a scale-up that
 		// moved keys between old endpoints: where the layout changes.
-		p.notes = append(p.notes, fmt.Sprintf("fade-in: no fade_in.capacity: the ring is laid out at %d entries per unit of weight while endpoint weights sum to %d..%d (now %d); a scale past either bound lays it out anew, moving about half the keys between old endpoints. Set fade_in.capacity to the largest size the cluster scales to", k, c.MaxRingSize/(2*k)+1, c.MaxRingSize/k, weightSum))
+		p.notes = append(p.notes, fmt.Sprintf("fade-in: no fade_in.capacity is set, so the ring is laid out at %d entries per unit of weight, which holds while endpoint weights sum to %d..%d (now %d); scaling past either bound lays the ring out anew and moves about half the keys between old endpoints. To keep the layout, set fade_in.capacity (Kubernetes: the ringxds.io/fade-in-capacity annotation) to the largest weight sum the cluster scales to: its most endpoints times their weight.", k, c.MaxRingSize/(2*k)+1, c.MaxRingSize/k, weightSum))
 	case !pinned:
 		p.notes = append(p.notes, fmt.Sprintf("fade-in: endpoint weights sum to %d, more than fade_in.capacity %d: the ring is laid out for the current size (%d entries per unit of weight) instead, and is laid out anew when the size crosses a power of two", weightSum, c.FadeIn.Capacity, k))
 	}

@@ -578,9 +578,15 @@ func TestFadeLayoutNoteNamesTheBounds(t *testing.T) {
 		return total / uint64(n), snap.Notes[c.Name]
 	}
 	k, notes := entriesPerEndpoint(100, 0)
-	want := "laid out at 32 entries per unit of weight while endpoint weights sum to 65..128 (now 100)"
+	want := "laid out at 32 entries per unit of weight, which holds while endpoint weights sum to 65..128 (now 100)"
 	if k != 32 || !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
 		t.Fatalf("100 endpoints: %d entries each, notes %q; want 32 and %q", k, notes, want)
+	}
+	// The note ends with what to do, in words for either source.
+	if !slices.ContainsFunc(notes, func(n string) bool {
+		return strings.Contains(n, want) && strings.Contains(n, "ringxds.io/fade-in-capacity") && strings.HasSuffix(n, "times their weight.")
+	}) {
+		t.Fatalf("the layout note does not end with the setting for both sources: %q", notes)
 	}
 	for n, wantK := range map[int]uint64{64: 64, 65: 32, 128: 32, 129: 16} {
 		if k, _ := entriesPerEndpoint(n, 0); k != wantK {
