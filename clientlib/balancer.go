@@ -48,8 +48,16 @@ func (e Endpoint) Zone() string {
 	return e.meta.zone
 }
 
-// Weight is the published EDS weight (1 when the server set none); 0 for
-// the zero Endpoint, which is no backend.
+// Weight is the EDS weight the server published (1 when it set none); 0
+// for the zero Endpoint, which is no backend.
+//
+// It is the configured weight only where the server publishes that. A
+// ringxds cluster with fade-in has its ring laid out as entries per unit
+// of weight, and publishes derived weights (summing to about 2^31, and
+// changing every second while an endpoint fades in) under which every data
+// plane builds the same ring: configured weights 1, 1, 2 may arrive as
+// 537133185, 537133185, 1073217278. Use the ratios, not the numbers; the
+// server's debug page shows the configured weight beside the published one.
 func (e Endpoint) Weight() uint32 {
 	if e.meta == nil {
 		return 0

@@ -84,15 +84,27 @@ type pageCluster struct {
 	Binned    bool           `json:"binned,omitempty"`
 	Endpoints []pageEndpoint `json:"endpoints"`
 	Notes     []string       `json:"notes,omitempty"`
+	// WeightsNote says why the published weights or ring size differ from
+	// the configured ones (weightsNote); empty when they do not.
+	WeightsNote string `json:"weights_note,omitempty"`
 	// Err says why the cluster's published resources could not be decoded.
 	Err string `json:"error,omitempty"`
 }
 
 // pageEndpoint is one endpoint of a drawn cluster.
 type pageEndpoint struct {
-	Addr   string `json:"endpoint"`
-	Color  string `json:"color"`
-	Weight uint32 `json:"weight"`
+	Addr  string `json:"endpoint"`
+	Color string `json:"color"`
+	// Weight is the EDS weight published to this kind of data plane;
+	// ConfiguredWeight is the one the source (file or Service) gives the
+	// endpoint. They differ where the ring is laid out for fade-in, whose
+	// weights are derived so that every data plane builds the same ring
+	// (pageCluster.WeightsNote says so in words).
+	Weight           uint32 `json:"weight"`
+	ConfiguredWeight uint32 `json:"configured_weight"`
+	// RingEntries is the ring entries the endpoint holds once no endpoint
+	// fades in, in a cluster laid out for fade-in; 0 otherwise.
+	RingEntries uint64 `json:"ring_entries,omitempty"`
 	// Share is the exact fraction of the hash space (or table) it owns.
 	Share float64 `json:"share"`
 	// Fade is the fraction of its final traffic it receives: 1 unless it is
@@ -299,9 +311,11 @@ func (p *page) buildClusters(snap *snapshot.Snapshot, kind snapshot.Kind) []page
 	out := make([]pageCluster, 0, len(names))
 	for _, name := range names {
 		pc := pageCluster{Name: name, Notes: snap.Notes[name], Endpoints: []pageEndpoint{}}
-		if c, ok := snap.State.Cluster(name); ok {
+		c, _ := snap.State.Cluster(name)
+		if c != nil {
 			pc.HashHeader = c.HashHeader
 		}
+		configured := configuredWeights(c)
 		d, err := p.h.decoded(snap, kind, kind.Dialect(), name)
 		if err != nil {
 			pc.Err = err.Error()
@@ -315,7 +329,8 @@ func (p *page) buildClusters(snap *snapshot.Snapshot, kind snapshot.Kind) []page
 			fading[f.Endpoint] = f
 		}
 		for i, ep := range d.Endpoints {
-			pe := pageEndpoint{Addr: ep.Addr, Color: endpointColor(i), Weight: ep.Weight, Share: dr.Shares[i], Fade: 1, Path: dr.Paths[i]}
+			pe := pageEndpoint{Addr: ep.Addr, Color: endpointColor(i), Weight: ep.Weight, ConfiguredWeight: configured[ep.Addr],
+				RingEntries: ep.RingEntries, Share: dr.Shares[i], Fade: 1, Path: dr.Paths[i]}
 			if f, ok := fading[ep.Addr]; ok {
 				pe.Fade, pe.Fading = f.Share, true
 				pe.FadeInfo = fmt.Sprintf("fading in since %s over %s, share = (t/%s)^%g",
@@ -323,6 +338,7 @@ func (p *page) buildClusters(snap *snapshot.Snapshot, kind snapshot.Kind) []page
 			}
 			pc.Endpoints = append(pc.Endpoints, pe)
 		}
+		pc.WeightsNote = weightsNote(c, d, pc.Size, len(fading) > 0)
 		out = append(out, pc)
 	}
 	return out
