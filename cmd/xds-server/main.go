@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -156,17 +157,21 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	return c, err
 }
 
-func newLogger(level string) (*zap.Logger, error) {
+// newLogger returns the JSON logger at level, writing to sink.
+func newLogger(level string, sink zapcore.WriteSyncer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.Sampling = nil
-	cfg.EncoderConfig.TimeKey = "ts"
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	return cfg.Build()
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, zap.NewAtomicLevelAt(lvl))
+	// A stack trace says where in ringxds a line was logged: useful for a
+	// bug in ringxds, noise for anything else. zap's production default
+	// adds one to every Error, which gave each problem of a bad endpoints
+	// file its own trace; only DPanic and above, which mark bugs, get one.
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(sink)), nil
 }
 
 // listeners lets tests pass pre-bound sockets; nil means bind the flags'
@@ -267,12 +272,21 @@ func httpServersFor(cfg config, lis *listeners, dbg *debug.Handler, log *zap.Log
 	return servers, listeners, nil
 }
 
-// printBanner tells the user where everything is.
-func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tlsMode string) {
+// printBanner tells the user where everything is. pickCluster is a cluster
+// of the loaded state to show /debug/pick with, "" when none is known yet.
+func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tlsMode, pickCluster string) {
 	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
+	if cfg.source == "file" && cfg.file == "" {
+		fmt.Fprintf(out, "  serving the example built into the binary; editing %s changes nothing until a rebuild.\n", examples.DefaultEndpointsName)
+		fmt.Fprintf(out, "  To serve your own endpoints, watched for changes: xds-server --file endpoints.yaml\n")
+	}
 	fmt.Fprintf(out, "  xDS (ADS, SotW + delta): %s (%s)\n", lis.xds.Addr(), tlsMode)
 	fmt.Fprintf(out, "  debug page:              http://%s/\n", lis.debug.Addr())
-	fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=products&key=product-1\n", lis.debug.Addr())
+	if pickCluster != "" {
+		fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=%s&key=example-key\n", lis.debug.Addr(), url.QueryEscape(pickCluster))
+	} else {
+		fmt.Fprintf(out, "  where a key goes:        http://%s/debug/pick?cluster=NAME&key=KEY (the debug page lists the clusters)\n", lis.debug.Addr())
+	}
 	fmt.Fprintf(out, "  connected clients:       http://%s/debug/clients\n", lis.debug.Addr())
 	metricsAddr := lis.debug.Addr()
 	if lis.metrics != nil {
@@ -288,7 +302,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(cfg.logLevel)
+	log, err := newLogger(cfg.logLevel, zapcore.Lock(os.Stderr))
 	if err != nil {
 		return err
 	}
@@ -297,7 +311,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	src, err := newSource(ctx, cfg, log, reg)
+	src, loaded, err := newSource(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -359,7 +373,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 		}))
 	}()
 
-	printBanner(out, log, cfg, lis, tlsMode)
+	printBanner(out, log, cfg, lis, tlsMode, bannerCluster(loaded))
 
 	var runErr error
 	select {
@@ -439,12 +453,30 @@ func sourceName(cfg config) string {
 	return cfg.file
 }
 
+// bannerCluster is the cluster the banner shows /debug/pick with: the
+// first ring_hash cluster of the loaded state, on which every data plane
+// picks alike, else its first; "" when nothing is loaded yet.
+func bannerCluster(st model.State) string {
+	for _, c := range st.Clusters {
+		if c.Policy == model.PolicyRingHash {
+			return c.Name
+		}
+	}
+	if len(st.Clusters) > 0 {
+		return st.Clusters[0].Name
+	}
+	return ""
+}
+
 // newSource builds the configured source and, for files, loads it once so an
-// invalid file stops start-up with a clear message instead of serving nothing.
-func newSource(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (watch.Source, error) {
+// invalid file stops start-up with a clear message instead of serving
+// nothing. It returns what that load read (nothing for Kubernetes, whose
+// informers have not synced yet).
+func newSource(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer) (watch.Source, model.State, error) {
 	switch cfg.source {
 	case "kubernetes":
-		return newKubeSource(ctx, cfg, log, reg)
+		src, err := newKubeSource(ctx, cfg, log, reg)
+		return src, model.State{}, err
 	}
 	opts := watch.FileOptions{Logger: log.Named("file"), Registerer: reg, Debounce: cfg.debounce}
 	var (
@@ -457,10 +489,11 @@ func newSource(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.
 		src, err = watch.NewFileSource(cfg.file, opts)
 	}
 	if err != nil {
-		return nil, err
+		return nil, model.State{}, err
 	}
-	if _, err := src.Load(); err != nil {
-		return nil, err
+	st, err := src.Load()
+	if err != nil {
+		return nil, model.State{}, err
 	}
-	return src, nil
+	return src, st, nil
 }

@@ -80,7 +80,8 @@ func TestRunServesEmbeddedDefault(t *testing.T) {
 			t.Fatalf("pick in %s: status %d, %+v", cluster, resp.StatusCode, res)
 		}
 	}
-	for _, want := range []string{lis.xds.Addr().String(), "http://" + lis.debug.Addr().String() + "/", "embedded examples/endpoints.yaml", "plaintext"} {
+	for _, want := range []string{lis.xds.Addr().String(), "http://" + lis.debug.Addr().String() + "/", "embedded examples/endpoints.yaml", "plaintext",
+		"/debug/pick?cluster=products&", "built into the binary", "--file endpoints.yaml"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("start-up message does not mention %q:\n%s", want, out.String())
 		}

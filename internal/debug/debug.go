@@ -380,7 +380,7 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 		Problems []watch.Problem                                           `json:"problems"`
 		// Failed: clusters the build could not translate, and why.
 		Failed map[string]string `json:"failed,omitempty"`
-	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Fading: snap.Fading, NextStep: snap.NextStep, Problems: h.opts.Problems(), Failed: snap.Failed}
+	}{Kinds: map[snapshot.Kind]map[string]map[string]publishedResource{}, Notes: snap.Notes, Fading: snap.Fading, NextStep: snap.NextStep, Problems: h.currentProblems(), Failed: snap.Failed}
 	mo := protojson.MarshalOptions{Multiline: false, UseProtoNames: true}
 	for kind, types := range snap.Kinds {
 		if only != "" && kind != only {
@@ -434,11 +434,17 @@ func (h *Handler) clients(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *Handler) problems(w http.ResponseWriter, _ *http.Request) {
-	p := h.opts.Problems()
-	if p == nil {
-		p = []watch.Problem{}
-	}
 	writeJSON(w, http.StatusOK, struct {
 		Problems []watch.Problem `json:"problems"`
-	}{p})
+	}{h.currentProblems()})
+}
+
+// currentProblems returns the sources' problems, an empty list rather than
+// nil when there are none, so that /debug/problems and /debug/snapshot
+// both say [] and a tool need not handle null.
+func (h *Handler) currentProblems() []watch.Problem {
+	if p := h.opts.Problems(); p != nil {
+		return p
+	}
+	return []watch.Problem{}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -113,8 +114,9 @@ type FileSource struct {
 
 	mu sync.Mutex
 	// good is the last valid state, FirstSeen assigned; nil until the first
-	// successful load.
+	// successful load. goodSum is the XXH64 of the content it was read from.
 	good    *model.State
+	goodSum uint64
 	current []Problem
 }
 
@@ -135,6 +137,7 @@ func NewFileSource(path string, opts FileOptions) (*FileSource, error) {
 		return nil, err
 	}
 	s.path = abs
+	s.log = s.log.With(zap.String("file", path))
 	return s, nil
 }
 
@@ -150,6 +153,9 @@ func NewFileSourceFromBytes(name string, data []byte, opts FileOptions) (*FileSo
 		return nil, err
 	}
 	s.data = slices.Clone(data)
+	// Not "file": the content is a copy built into the program, and
+	// editing the file it was copied from changes nothing until a rebuild.
+	s.log = s.log.With(zap.String("embedded", name))
 	return s, nil
 }
 
@@ -174,7 +180,7 @@ func fileNewSource(name string, opts FileOptions) (*FileSource, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
-	s.log = s.log.With(zap.String("source", fileSourceName), zap.String("file", name))
+	s.log = s.log.With(zap.String("source", fileSourceName))
 	if s.debounce == 0 {
 		s.debounce = DefaultFileDebounce
 	}
@@ -243,10 +249,15 @@ func (s *FileSource) Load() (model.State, error) {
 // watched, or if in-memory content is invalid (waiting cannot fix it).
 func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	if s.path == "" {
-		st, err := s.reload(s.now())
-		if err != nil {
-			// Fixed content cannot be fixed by waiting.
-			return fmt.Errorf("file source: %w", err)
+		// Fixed content that Load already read is not read again: it
+		// cannot have changed, and a second read would count as a reload.
+		st, ok := s.goodState()
+		if !ok {
+			var err error
+			if st, err = s.reload(s.now()); err != nil {
+				// Fixed content cannot be fixed by waiting.
+				return fmt.Errorf("file source: %w", err)
+			}
 		}
 		publish(st)
 		<-ctx.Done()
@@ -274,9 +285,13 @@ func (s *FileSource) Run(ctx context.Context, publish func(model.State)) error {
 	defer writers.Close()
 
 	// The watch is in place before this read, so no change after it is
-	// missed; a change between Load and now is picked up here.
+	// missed; a change between Load and now is picked up here. Content
+	// that Load already read is no reload: one start counts one.
 	var last *model.State
-	if st, err := s.reload(s.now()); err == nil {
+	data, rerr := s.content()
+	if good, ok := s.unchanged(data, rerr); ok {
+		last = &good
+	} else if st, err := s.apply(s.now(), data, rerr); err == nil {
 		last = &st
 	} else if good, ok := s.goodState(); ok {
 		// The file went bad after a successful Load: serve what Load saw.
@@ -401,13 +416,30 @@ func (s *FileSource) relevant(ev fsnotify.Event) bool {
 	return base == filepath.Base(s.path) || base == fileConfigMapData
 }
 
+// goodState returns a copy of the last valid state, sharing nothing with
+// the one kept for FirstSeen.
 func (s *FileSource) goodState() (model.State, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.good == nil {
 		return model.State{}, false
 	}
-	return *s.good, true
+	return fileCloneState(*s.good), true
+}
+
+// unchanged returns the last valid state if data, read without error, is
+// the content it was loaded from.
+func (s *FileSource) unchanged(data []byte, readErr error) (model.State, bool) {
+	if readErr != nil {
+		return model.State{}, false
+	}
+	s.mu.Lock()
+	same := s.good != nil && s.goodSum == xxhash.Sum64(data)
+	s.mu.Unlock()
+	if !same {
+		return model.State{}, false
+	}
+	return s.goodState()
 }
 
 // Problems returns the input errors currently in force, oldest first.
@@ -422,14 +454,25 @@ func (s *FileSource) Problems() []Problem {
 // clears the problems. On failure the good state is kept and the problems
 // recorded.
 func (s *FileSource) reload(at time.Time) (model.State, error) {
-	defer measureCPU(s.cpu)()
-	data := s.data
-	var err error
+	data, err := s.content()
+	return s.apply(at, data, err)
+}
+
+// content reads the file, or returns the in-memory content.
+func (s *FileSource) content() ([]byte, error) {
 	if s.path != "" {
-		data, err = s.read()
-	} else if int64(len(data)) > s.maxSize {
-		err = &FileError{Path: s.name, Err: fileTooLarge(int64(len(data)), s.maxSize)}
+		return s.read()
 	}
+	if int64(len(s.data)) > s.maxSize {
+		return nil, &FileError{Path: s.name, Err: fileTooLarge(int64(len(s.data)), s.maxSize)}
+	}
+	return s.data, nil
+}
+
+// apply parses content read at at (or the error reading it) and counts,
+// records and logs the reload.
+func (s *FileSource) apply(at time.Time, data []byte, err error) (model.State, error) {
+	defer measureCPU(s.cpu)()
 	var st model.State
 	if err == nil {
 		st, err = ParseFile(s.name, data)
@@ -440,10 +483,17 @@ func (s *FileSource) reload(at time.Time) (model.State, error) {
 	if err != nil {
 		s.reloads.WithLabelValues("error").Inc()
 		s.setProblems(err, at)
+		// Only a source that has loaded something keeps serving it: at
+		// start-up there is nothing to keep, and saying so would suggest
+		// the server runs on.
+		msg := "endpoints file rejected; keeping the last good state"
+		if s.good == nil {
+			msg = "endpoints file rejected; there is no earlier state to keep, so nothing is served until it is fixed"
+		}
 		// One entry per problem, with its location as fields, so that log
 		// queries can select by line or field.
 		for _, fe := range FileErrors(err) {
-			s.log.Error("endpoints file rejected; keeping the last good state",
+			s.log.Error(msg,
 				zap.Int("line", fe.Line), zap.Int("column", fe.Column),
 				zap.String("field", fe.Field), zap.String("cluster", fe.Cluster),
 				zap.String("problem", fe.Err.Error()),
@@ -461,8 +511,12 @@ func (s *FileSource) reload(at time.Time) (model.State, error) {
 	// The published State shares nothing with the one kept for FirstSeen,
 	// so whatever a consumer does with it cannot alter later reloads.
 	good := fileCloneState(st)
-	s.good = &good
-	s.log.Info("endpoints file loaded", zap.Int("clusters", len(st.Clusters)), zap.Bool("changed", changed))
+	s.good, s.goodSum = &good, xxhash.Sum64(data)
+	if s.path == "" {
+		s.log.Info("embedded endpoints loaded; they are part of the binary and not watched", zap.Int("clusters", len(st.Clusters)))
+	} else {
+		s.log.Info("endpoints file loaded", zap.Int("clusters", len(st.Clusters)), zap.Bool("changed", changed))
+	}
 	return st, nil
 }
 
