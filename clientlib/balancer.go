@@ -553,13 +553,24 @@ func (b *balancer) updateLiveShare(s *ringState) {
 // wait blocks until the balancer has a ring, ctx ends or the balancer is
 // closed.
 func (b *balancer) wait(ctx context.Context) error {
-	select {
-	case <-b.ready:
-		return nil
-	case <-b.life.done:
-		return b.closedError()
-	case <-ctx.Done():
-		return b.notReady(ctx.Err())
+	// A server that has said nothing of the cluster for unknownAfter most
+	// likely lacks it: ask it which clusters it has, so that the error can
+	// name one a typo away.
+	lacking := time.NewTimer(unknownAfter)
+	defer lacking.Stop()
+	for {
+		select {
+		case <-b.ready:
+			return nil
+		case <-b.life.done:
+			return b.closedError()
+		case <-ctx.Done():
+			return b.notReady(ctx.Err())
+		case <-lacking.C:
+			if c := b.life.client(); c != nil && b.life.startSuggest() {
+				go c.suggestFor(b, false)
+			}
+		}
 	}
 }
 

@@ -45,6 +45,7 @@ const (
 type Client struct {
 	log    *zap.Logger
 	conn   *grpc.ClientConn
+	node   *corev3.Node
 	ads    *ads.Client
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -144,6 +145,7 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 			clientKindKey: structpb.NewStringValue(string(snapshot.KindClientlib)),
 		}},
 	}
+	c.node = node
 	c.ads = ads.New(ads.Config{
 		Conn:        conn,
 		Node:        node,
@@ -483,7 +485,9 @@ func (c *Client) installLocked(b *balancer, cds *clusterv3.Cluster, cla *endpoin
 // missingLocked handles a subscribed cluster absent from a CDS response.
 func (c *Client) missingLocked(b *balancer) {
 	if b.state.Load() == nil {
-		b.life.setCause(fmt.Errorf("%w: %q", ErrUnknownCluster, b.cluster))
+		if b.life.setUnknown(b.cluster) {
+			go c.suggestFor(b, true)
+		}
 		return
 	}
 	if b.life.setStale(time.Now()) {

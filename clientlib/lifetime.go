@@ -26,6 +26,10 @@ type lifetime struct {
 	// since when it could, for as long as it has had to answer.
 	server func() (since time.Time, err error)
 	asked  time.Time // when the cluster was subscribed to
+	// suggested: the server was asked for the names it publishes
+	// (Client.suggestFor); didYouMean holds the ones a typo away.
+	suggested  bool
+	didYouMean []string
 }
 
 // unknownAfter is how long a reached server may stay silent about a
@@ -44,6 +48,30 @@ func (l *lifetime) setCause(err error) {
 	l.mu.Lock()
 	l.cause = err
 	l.mu.Unlock()
+}
+
+// setUnknown records that the server answered without the cluster, and
+// reports whether the server is still to be asked for the names it does
+// publish (startSuggest).
+func (l *lifetime) setUnknown(cluster string) (ask bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cause = unknownCause(cluster, "", l.didYouMean)
+	ask = !l.suggested
+	l.suggested = true
+	return ask
+}
+
+// startSuggest reports whether the server is still to be asked for the
+// names it publishes, for a cluster with no ring, and marks it asked.
+func (l *lifetime) startSuggest() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.suggested || l.seen {
+		return false
+	}
+	l.suggested = true
+	return true
 }
 
 // setSeen records that the cluster's CDS resource was accepted.
@@ -76,7 +104,7 @@ func (l *lifetime) staleSince() time.Time {
 // was rejected, the server is unreachable), and ctxErr, if the wait ended.
 func (b *balancer) notReady(ctxErr error) error {
 	b.life.mu.Lock()
-	cause, server, seen, asked := b.life.cause, b.life.server, b.life.seen, b.life.asked
+	cause, server, seen, asked, didYouMean := b.life.cause, b.life.server, b.life.seen, b.life.asked, b.life.didYouMean
 	b.life.mu.Unlock()
 	var heardSince time.Time
 	if cause == nil && server != nil {
@@ -92,7 +120,7 @@ func (b *balancer) notReady(ctxErr error) error {
 		case seen:
 			cause = errors.New("the management server sent the cluster but not its endpoints")
 		case !asked.IsZero() && silent >= unknownAfter:
-			cause = fmt.Errorf("%w: it sent nothing for it in %v", ErrUnknownCluster, silent.Round(time.Millisecond))
+			cause = unknownCause(b.cluster, fmt.Sprintf("it sent nothing for it in %v", silent.Round(time.Millisecond)), didYouMean)
 		}
 	}
 	switch {

@@ -356,6 +356,8 @@ type clientView struct {
 	// not ok, with their reasons.
 	Compatibility string
 	Verdicts      []dataplane.Verdict
+	// Unknown are the clusters it asks for that are not published.
+	Unknown []server.UnknownName
 }
 
 // typeView is the exchange state of one resource type: State is "ack"
@@ -388,6 +390,7 @@ func clientViews(cs []server.ClientStatus, now time.Time) []clientView {
 			NodeID: c.NodeID, NodeCluster: c.NodeCluster, Kind: string(c.Kind), Protocol: c.Protocol,
 			Peer: c.Peer, UserAgent: c.UserAgent, Age: now.Sub(c.ConnectedAt).Truncate(time.Second).String(),
 			Implementation: c.Implementation.UserAgent(), Encoding: c.Encoding, Compatibility: c.Compatibility,
+			Unknown: c.UnknownClusters,
 		}
 		for _, vd := range c.Verdicts {
 			if vd.State != dataplane.StateOK {

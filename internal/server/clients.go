@@ -71,6 +71,10 @@ type ClientStatus struct {
 	// counts them all (docs/xds.md, "Authorization").
 	Refused      []RefusedName `json:"refused,omitempty"`
 	RefusedCount int           `json:"refused_count,omitempty"`
+	// UnknownClusters lists (the first 20 of) the clusters the client
+	// subscribes to by name that the server does not publish, with the
+	// published names a typo away.
+	UnknownClusters []UnknownName `json:"unknown_clusters,omitempty"`
 }
 
 // TypeStatus is the per-resource-type exchange state of a stream.
@@ -174,6 +178,8 @@ type client struct {
 	refused         map[RefusedName]struct{}
 	refusedOverflow int
 	claimed         map[string]map[string]struct{}
+	// unknownLogged holds the unknown clusters already logged (logUnknown).
+	unknownLogged map[string]struct{}
 }
 
 // registry tracks open streams through go-control-plane's callbacks.
@@ -244,7 +250,12 @@ func (r *registry) closed(protocol string, id int64) {
 	if c.identified {
 		r.metrics.connected.WithLabelValues(string(c.status.Kind), protocol).Dec()
 		r.metrics.compatibility.WithLabelValues(c.status.Implementation.Implementation, c.status.Compatibility).Dec()
-		r.log.Debug("xDS stream closed", zap.String("node", c.status.NodeID), zap.String("protocol", protocol), zap.Int64("stream", id))
+		// Once per stream, as its connect is: a proxy that drops off
+		// should show in the log, not only as a missing row on the page.
+		r.log.Info("xDS client disconnected",
+			zap.String("node", c.status.NodeID), zap.String("kind", string(c.status.Kind)),
+			zap.String("protocol", protocol), zap.String("peer", c.status.Peer), zap.Int64("stream", id),
+			zap.Duration("connected_for", r.now().Sub(c.status.ConnectedAt).Round(time.Millisecond)))
 	}
 }
 
@@ -328,6 +339,10 @@ func (r *registry) snapshot() []ClientStatus {
 		all = append(all, c)
 	}
 	r.mu.RUnlock()
+	var current *snapshot.Snapshot
+	if r.current != nil {
+		current = r.current()
+	}
 	out := make([]ClientStatus, 0, len(all))
 	for _, c := range all {
 		c.mu.Lock()
@@ -344,6 +359,9 @@ func (r *registry) snapshot() []ClientStatus {
 		}
 		st.Names = c.names
 		st.Refused, st.RefusedCount = c.refusedStatus()
+		if !c.cdsWildcard {
+			st.UnknownClusters = unknownClusters(c, current)
+		}
 		c.mu.Unlock()
 		st.ConnectionNames = int(c.conn.names.Load())
 		st.LimitHits = c.conn.limitHits()

@@ -201,6 +201,9 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 	ts.awaitingAnswer = false
 	if req.typeURL == resource.ClusterType {
 		reassess = c.subscribe(subscription{delta: req.delta, names: req.names, removed: req.removed})
+		if reassess && !c.cdsWildcard {
+			r.logUnknown(c)
+		}
 	}
 	subscribe(ts, req, first)
 	if req.nonce == "" {
