@@ -204,6 +204,9 @@ type PickResult struct {
 	ByClient map[string]string `json:"by_client"`
 	// Unpredicted names the implementations with no answer here, and why.
 	Unpredicted map[string]string `json:"unpredicted,omitempty"`
+	// Explain says, per implementation in ByClient, why it picks what it
+	// does; only with explain=1.
+	Explain map[string]*PickExplanation `json:"explain,omitempty"`
 }
 
 // pick answers where a key goes. The default client is clientlib, the
@@ -250,10 +253,10 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "cluster "+strconv.Quote(cluster)+" is not published: its translation failed: "+why)
 		return
 	}
-	h.writePick(w, snap, cluster, key, impl)
+	h.writePick(w, snap, cluster, key, impl, explainParam(q.Get("explain")))
 }
 
-func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key, impl string) {
+func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key, impl string, explain bool) {
 	hash := ringhash.HashKey(key)
 	// The clock, not the snapshot's step: a client running
 	// clientlib/grpcbalancer reads its own clock at every pick against the
@@ -273,6 +276,17 @@ func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, clus
 		res.ByClient[p.Name] = ep
 		if p.Name == impl {
 			res.Policy, res.Endpoint = policy, ep
+		}
+		if explain {
+			x, err := h.explain(snap, p, cluster, hash, now)
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, "explain "+p.Name+" pick of "+cluster+": "+err.Error())
+				return
+			}
+			if res.Explain == nil {
+				res.Explain = make(map[string]*PickExplanation, len(dataplane.Predicted()))
+			}
+			res.Explain[p.Name] = x
 		}
 	}
 	writeJSON(w, http.StatusOK, res)

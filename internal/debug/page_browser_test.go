@@ -248,6 +248,12 @@ func TestBrowserPage(t *testing.T) {
 		if marker != "visible" {
 			t.Errorf("%s: key marker is %q", c.Name, marker)
 		}
+		// The line under the picks names the entry hit; hovering says why.
+		line := eval[string](t, ctx, `document.querySelector('`+sel+` .pick-hash').textContent`)
+		why := eval[string](t, ctx, `document.querySelector('`+sel+` .pick-hash').title`)
+		if !strings.Contains(line, " of ") || !strings.Contains(why, want.Endpoint) {
+			t.Errorf("%s: the pick line reads %q, its title %q; want the entry and why", c.Name, line, why)
+		}
 	}
 
 	// The connected gRPC client and its ACKs appear (refreshed by the page).

@@ -178,6 +178,30 @@ func (n *NRing) Ring(h uint64, now time.Time) (ringhash.Ring, []int) {
 	return s.rings[e], s.index[e]
 }
 
+// Stage says which of its rings request hash h uses at now: ring 0 holds
+// the established members and ring e adds the members of the e-th fade
+// event, of rings in all. u is the key's cut-over point in [0, 1): the key
+// uses ring e once event e's share exceeds u. It is what /debug/pick
+// explains a mid-fade pick with; rings is 0 before the first Update.
+func (n *NRing) Stage(h uint64, now time.Time) (ring, rings int, u float64) {
+	s := n.cur.Load()
+	if s == nil {
+		return 0, 0, 0
+	}
+	return s.ring(h, now), len(s.rings), unitHash(h)
+}
+
+// Newest returns the ring of every member, the one each key uses once
+// every fade is over, and the member index of each of its endpoints; nil
+// before the first Update.
+func (n *NRing) Newest() (ringhash.Ring, []int) {
+	s := n.cur.Load()
+	if s == nil {
+		return nil, nil
+	}
+	return s.rings[len(s.rings)-1], s.index[len(s.rings)-1]
+}
+
 // ring returns the ring key hash h uses at now.
 func (s *nringState) ring(h uint64, now time.Time) int {
 	if len(s.events) == 0 {

@@ -55,14 +55,14 @@
     section.querySelectorAll(".picks .pick").forEach((td) => { td.textContent = "–"; });
     section.querySelectorAll("tr.picked, tr.selected").forEach((tr) => tr.classList.remove("picked", "selected"));
     const hashEl = section.querySelector(".pick-hash");
-    if (hashEl) hashEl.textContent = "";
+    if (hashEl) { hashEl.textContent = ""; hashEl.title = ""; }
     mark(section, null);
     delete section.dataset.pickedKey;
     delete section.dataset.picked;
   }
 
   async function pickOne(section, k, kind, seq) {
-    const q = new URLSearchParams({ cluster: section.dataset.cluster, key: k, client: kind });
+    const q = new URLSearchParams({ cluster: section.dataset.cluster, key: k, client: kind, explain: "1" });
     const resp = await fetch("/debug/pick?" + q, { cache: "no-store" });
     const body = await resp.json();
     if (seq !== pickSeq) return; // a newer key or refresh superseded this answer
@@ -81,7 +81,11 @@
     section.querySelectorAll(".endpoints tbody tr").forEach((tr) => {
       tr.classList.toggle("picked", tr.dataset.endpoint === body.endpoint);
     });
-    section.querySelector(".pick-hash").textContent = "hash " + body.hash + " → " + body.endpoint + " (" + body.policy + ", as " + body.client + ")";
+    const hashEl = section.querySelector(".pick-hash");
+    const why = body.explain && body.explain[body.client];
+    hashEl.textContent = "hash " + body.hash + " → " + body.endpoint + " (" + body.policy + ", as " + body.client + ")" +
+      (why ? ", " + (why.policy === "maglev" ? "slot " : "entry ") + why.entry.index + " of " + why.size : "");
+    hashEl.title = why ? why.why : "";
     mark(section, body.hash);
     section.dataset.picked = body.endpoint;
     section.dataset.pickedKey = k;
