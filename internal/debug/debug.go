@@ -28,6 +28,7 @@ import (
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
+	"github.com/ringxds/ringxds/internal/suggest"
 	"github.com/ringxds/ringxds/internal/watch"
 )
 
@@ -244,7 +245,7 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := snap.State.Cluster(cluster); !ok {
-		writeError(w, http.StatusBadRequest, "unknown cluster "+strconv.Quote(cluster))
+		writeError(w, http.StatusBadRequest, unknownClusterMessage(snap, cluster))
 		return
 	}
 	if why, failed := snap.Failed[cluster]; failed && snap.Kinds[snapshot.KindEnvoy][resource.ClusterType][cluster] == nil {
@@ -254,6 +255,28 @@ func (h *Handler) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writePick(w, snap, cluster, key, impl, explainParam(q.Get("explain")))
+}
+
+// unknownClusterMessage names a cluster /debug/pick does not know and the
+// published clusters closest to it, so that a typo shows its fix.
+func unknownClusterMessage(snap *snapshot.Snapshot, cluster string) string {
+	names := make([]string, len(snap.State.Clusters))
+	for i := range snap.State.Clusters {
+		names[i] = snap.State.Clusters[i].Name
+	}
+	msg := "unknown cluster " + strconv.Quote(cluster)
+	if len(names) == 0 {
+		return msg + ": no cluster is published"
+	}
+	if near := suggest.Likely(cluster, names, 1); len(near) > 0 {
+		msg += " (did you mean " + suggest.Quote(near) + "?)"
+	}
+	closest := suggest.Closest(cluster, names, 5)
+	msg += "; published clusters, closest first: " + strings.Join(closest, ", ")
+	if more := len(names) - len(closest); more > 0 {
+		msg += fmt.Sprintf(" and %d more", more)
+	}
+	return msg
 }
 
 func (h *Handler) writePick(w http.ResponseWriter, snap *snapshot.Snapshot, cluster, key, impl string, explain bool) {

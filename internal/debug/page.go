@@ -121,6 +121,8 @@ func newPage(h *Handler) *page {
 	tmpl := template.Must(template.New("page").Funcs(template.FuncMap{
 		"pct":     func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
 		"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 0, 64) },
+		// Slots and entries count from 0: the last of n is n-1.
+		"last": func(n int) int { return n - 1 },
 	}).ParseFS(assets, "assets/*.html"))
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {

@@ -239,7 +239,14 @@ func (c *Cluster) Validate() error {
 	}
 	switch {
 	case !validHeaderName(c.HashHeader):
-		errs = append(errs, fieldErr("hash_header", "%q is not a valid lower-case HTTP header name", c.HashHeader))
+		msg := fmt.Sprintf("%q is not a valid lower-case HTTP header name", c.HashHeader)
+		if lower := strings.ToLower(c.HashHeader); lower != c.HashHeader && validHeaderName(lower) {
+			// Header names are case-insensitive, but C-core matches them
+			// as written: the lower-case form is the one every client
+			// hashes alike.
+			msg += fmt.Sprintf(": write %q", lower)
+		}
+		errs = append(errs, fieldErr("hash_header", "%s", msg))
 	case strings.HasSuffix(c.HashHeader, "-bin"):
 		// gRPC carries a -bin header as binary metadata, which its ring
 		// hash cannot hash: grpc-go refuses such a hash header and with it
@@ -257,7 +264,7 @@ func (c *Cluster) Validate() error {
 	}
 	if c.Policy == PolicyMaglev {
 		if c.TableSize > MaxMaglevTableSize || !ringhash.IsPrime(c.TableSize) {
-			errs = append(errs, fieldErr("table_size", "%d must be a prime no larger than %d", c.TableSize, MaxMaglevTableSize))
+			errs = append(errs, fieldErr("table_size", "%d must be a prime no larger than %d%s", c.TableSize, MaxMaglevTableSize, nearestPrimes(c.TableSize)))
 		}
 	} else if c.TableSize != 0 {
 		errs = append(errs, fieldErr("table_size", "applies only to lb_policy maglev"))
@@ -355,6 +362,36 @@ func (s *State) Normalize() error {
 	}
 	slices.SortFunc(s.Clusters, func(a, b Cluster) int { return strings.Compare(a.Name, b.Name) })
 	return errors.Join(errs...)
+}
+
+// nearestPrimes suggests the allowed table sizes next to n, below and
+// above: ": 997 or 1009?" for 1000; ": 5000011?" past the largest.
+func nearestPrimes(n uint64) string {
+	if n > MaxMaglevTableSize {
+		return fmt.Sprintf(": %d?", MaxMaglevTableSize)
+	}
+	var below, above uint64
+	for p := n; p >= 2; p-- {
+		if ringhash.IsPrime(p) {
+			below = p
+			break
+		}
+	}
+	for p := n + 1; p <= MaxMaglevTableSize; p++ {
+		if ringhash.IsPrime(p) {
+			above = p
+			break
+		}
+	}
+	switch {
+	case below != 0 && above != 0:
+		return fmt.Sprintf(": %d or %d?", below, above)
+	case above != 0:
+		return fmt.Sprintf(": %d?", above)
+	case below != 0:
+		return fmt.Sprintf(": %d?", below)
+	}
+	return ""
 }
 
 func validHeaderName(h string) bool {
