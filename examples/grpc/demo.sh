@@ -6,12 +6,16 @@
 # (CLIENT=node, examples/grpc-node; NODE_PATH must reach its node_modules).
 # Everything it starts is stopped on exit, also on failure or Ctrl-C. Exits
 # non-zero unless every key went where the control plane says.
+#
+# Its xds-server listens on XDS_ADDR (default 127.0.0.1:18100) and
+# DEBUG_ADDR (default 127.0.0.1:18180), next to, not on, the ports of
+# `make run` (18000, 18080), so the two run side by side.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 GO=${GO:-go}
-XDS_ADDR=${XDS_ADDR:-127.0.0.1:18000}
-DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:18080}
+XDS_ADDR=${XDS_ADDR:-127.0.0.1:18100}
+DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:18180}
 N=${N:-1000}
 CLIENT=${CLIENT:-go}
 case "$CLIENT" in
@@ -61,6 +65,7 @@ sleep 0.5
 for pid in "${pids[@]}"; do
 	if ! kill -0 "$pid" 2>/dev/null; then
 		echo "a demo process exited at start; is something else using $XDS_ADDR, $DEBUG_ADDR or ports ${BACKENDS[*]}?" >&2
+		echo "move the server with XDS_ADDR=host:port DEBUG_ADDR=host:port make demo" >&2
 		exit 1
 	fi
 done
