@@ -28,3 +28,12 @@ func TestMaglevStripLabelsItsLastSlot(t *testing.T) {
 		t.Errorf("strip labels: %s", sec[strings.Index(sec, "<svg"):strings.Index(sec, "</svg>")])
 	}
 }
+
+// Each cluster reminds that Envoy's picks rest on a header ringxds cannot
+// see: the route's hash_policy in Envoy's own configuration.
+func TestPageRemindsWhichHeaderEnvoyHashes(t *testing.T) {
+	sec := sectionOf(t, body(t, get(t, newHandler(&fakePublisher{snap: exampleSnapshot(t)}), "/", nil)), "inventory")
+	if !strings.Contains(sec, "Envoy picks assume its route's <code>hash_policy</code> hashes <code>x-sku</code>") {
+		t.Errorf("no reminder of the header Envoy must hash: %s", sec)
+	}
+}
