@@ -29,6 +29,7 @@ import (
 
 	"github.com/ringxds/ringxds/examples"
 	"github.com/ringxds/ringxds/internal/authz"
+	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/debug"
 	"github.com/ringxds/ringxds/internal/model"
 	"github.com/ringxds/ringxds/internal/server"
@@ -43,10 +44,18 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
+		if errors.Is(err, errVersion) {
+			fmt.Print(buildinfo.Read().Text("xds-server"))
+			os.Exit(0)
+		}
 		fmt.Fprintln(os.Stderr, "xds-server:", err)
 		os.Exit(1)
 	}
 }
+
+// errVersion is how parseFlags reports --version: main prints the build
+// on stdout, where scripts read it, and exits.
+var errVersion = errors.New("--version")
 
 // config is the parsed command line.
 type config struct {
@@ -69,6 +78,7 @@ type config struct {
 	debounce          time.Duration
 	maxConnAge        time.Duration
 	limits            server.Limits
+	showVersion       bool
 
 	// --authz and --authz-cluster-readers, and the policy they make.
 	authz               string
@@ -109,6 +119,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 			"1..%d (%d, Envoy's limit, caps nothing); the file source is never capped", model.MaxRingSize, model.MaxRingSize))
 	fs.DurationVar(&c.debounce, "debounce", 0, "quiet time that coalesces bursts of input changes into one push (0: the source's default)")
 	fs.DurationVar(&c.maxConnAge, "max-connection-age", 30*time.Minute, "close xDS connections after this age so clients rebalance across replicas")
+	fs.BoolVar(&c.showVersion, "version", false, "print the module version, commit and Go version, and exit")
 	addLimitFlags(fs, &c.limits)
 	addAuthzFlags(fs, &c)
 	fs.Usage = func() {
@@ -117,6 +128,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.showVersion {
+		return c, errVersion
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q (flags only; see --help)", fs.Args())
@@ -274,8 +288,8 @@ func httpServersFor(cfg config, lis *listeners, dbg *debug.Handler, log *zap.Log
 
 // printBanner tells the user where everything is. pickCluster is a cluster
 // of the loaded state to show /debug/pick with, "" when none is known yet.
-func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tlsMode, pickCluster string) {
-	fmt.Fprintf(out, "ringxds xds-server (%s source: %s)\n", cfg.source, sourceName(cfg))
+func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tlsMode, pickCluster string, replica buildinfo.Replica) {
+	fmt.Fprintf(out, "ringxds xds-server %s on %s (%s source: %s)\n", replica.Build, replica.Name, cfg.source, sourceName(cfg))
 	if cfg.source == "file" && cfg.file == "" {
 		fmt.Fprintf(out, "  serving the example built into the binary; editing %s changes nothing until a rebuild.\n", examples.DefaultEndpointsName)
 		fmt.Fprintf(out, "  To serve your own endpoints, watched for changes: xds-server --file endpoints.yaml\n")
@@ -294,7 +308,8 @@ func printBanner(out io.Writer, log *zap.Logger, cfg config, lis *listeners, tls
 	}
 	fmt.Fprintf(out, "  metrics:                 http://%s/metrics\n", metricsAddr)
 	log.Info("serving", zap.String("xds_addr", lis.xds.Addr().String()), zap.String("debug_addr", lis.debug.Addr().String()),
-		zap.Stringer("metrics_addr", metricsAddr), zap.String("source", cfg.source), zap.String("tls", tlsMode))
+		zap.Stringer("metrics_addr", metricsAddr), zap.String("source", cfg.source), zap.String("tls", tlsMode),
+		zap.String("replica", replica.Name), zap.String("version", replica.Build.Version), zap.String("revision", replica.Build.ShortRevision()))
 }
 
 func run(ctx context.Context, args []string, out io.Writer, lis *listeners) error {
@@ -308,8 +323,9 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}
 	defer func() { _ = log.Sync() }()
 
+	replica := buildinfo.Local()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), replica.Build.Collector())
 
 	src, loaded, err := newSource(ctx, cfg, log, reg)
 	if err != nil {
@@ -318,7 +334,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits, Authz: cfg.authzPolicy})
+	xds := server.New(ctx, server.Options{Logger: log.Named("xds"), Registerer: reg, Limits: &cfg.limits, Authz: cfg.authzPolicy, Replica: replica})
 	logAuthz(log, cfg)
 	tlsCfg, err := newTLS(ctx, cfg, log, reg)
 	if err != nil {
@@ -338,7 +354,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 	}
 	tlsMode := tlsModeOf(cfg)
 	warnExposure(log, cfg, lis, tlsMode)
-	httpServers, httpListeners, err := httpServersFor(cfg, lis, debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug")}), log)
+	httpServers, httpListeners, err := httpServersFor(cfg, lis, debug.New(debug.Options{Server: xds, Problems: src.Problems, Gatherer: reg, Logger: log.Named("debug"), Replica: replica}), log)
 	if err != nil {
 		lis.close()
 		return err
@@ -373,7 +389,7 @@ func run(ctx context.Context, args []string, out io.Writer, lis *listeners) erro
 		}))
 	}()
 
-	printBanner(out, log, cfg, lis, tlsMode, bannerCluster(loaded))
+	printBanner(out, log, cfg, lis, tlsMode, bannerCluster(loaded), replica)
 
 	var runErr error
 	select {

@@ -24,6 +24,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/server"
@@ -53,6 +54,9 @@ type Options struct {
 	// It is not the server's fade clock (server.Options.Now): the package
 	// reads the wall clock of the client's machine.
 	Now func() time.Time
+	// Replica is the server's name and build, shown in the page header and
+	// on /debug/clients; the zero value means buildinfo.Local().
+	Replica buildinfo.Replica
 }
 
 // Limits on debug queries, so a hostile or careless query cannot make the
@@ -83,6 +87,9 @@ func New(opts Options) *Handler {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Replica == (buildinfo.Replica{}) {
+		opts.Replica = buildinfo.Local()
 	}
 	h := &Handler{opts: opts, mux: http.NewServeMux(), probes: http.NewServeMux()}
 	h.mux.HandleFunc("GET /debug/snapshot", h.snapshot)
@@ -462,12 +469,15 @@ func shortTypeName(typeURL string) string {
 
 func (h *Handler) clients(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
+		// Replica is the server answering: its clients only are listed
+		// (docs/xds.md, "Replicas and builds").
+		Replica buildinfo.Replica     `json:"replica"`
 		Clients []server.ClientStatus `json:"clients"`
 		// Refused lists the connections recently refused over a limit,
 		// including those with no stream left to show above.
 		Refused []server.RefusedConnection `json:"refused"`
 		At      time.Time                  `json:"at"`
-	}{h.opts.Server.Clients(), h.opts.Server.RefusedConnections(), time.Now()})
+	}{h.opts.Replica, h.opts.Server.Clients(), h.opts.Server.RefusedConnections(), time.Now()})
 }
 
 func (h *Handler) problems(w http.ResponseWriter, _ *http.Request) {

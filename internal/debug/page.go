@@ -18,6 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
 
+	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
@@ -153,6 +154,9 @@ type indexView struct {
 	Clusters template.HTML
 	Clients  []clientView
 	Problems int
+	// Replica is the server rendering the page: the clients listed are
+	// its own.
+	Replica buildinfo.Replica
 }
 
 func (p *page) index(w http.ResponseWriter, r *http.Request) {
@@ -174,6 +178,7 @@ func (p *page) index(w http.ResponseWriter, r *http.Request) {
 		Client: kind, Kinds: snapshot.RingKinds(), Key: key,
 		Ready: p.h.opts.Server.Ready(), Clusters: rc.html,
 		Clients: clientViews(p.h.opts.Server.Clients(), time.Now()), Problems: len(p.h.opts.Problems()),
+		Replica: p.h.opts.Replica,
 	}
 	p.render(w, "index.html", v, "")
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringxds/ringxds/internal/authz"
+	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -75,6 +76,10 @@ type ClientStatus struct {
 	// subscribes to by name that the server does not publish, with the
 	// published names a typo away.
 	UnknownClusters []UnknownName `json:"unknown_clusters,omitempty"`
+	// Replica is the server the stream is on and its build: one
+	// replica's /debug/clients lists its own streams only, and views
+	// merged from several replicas (ringxdsctl status) tell them apart.
+	Replica buildinfo.Replica `json:"replica"`
 }
 
 // TypeStatus is the per-resource-type exchange state of a stream.
@@ -194,6 +199,8 @@ type registry struct {
 	limiter  *limiter
 	// authz is nil when every client reads every cluster.
 	authz *authorizer
+	// replica is this server, named in every status.
+	replica buildinfo.Replica
 
 	mu      sync.RWMutex
 	streams map[streamKey]*client
@@ -365,6 +372,7 @@ func (r *registry) snapshot() []ClientStatus {
 		c.mu.Unlock()
 		st.ConnectionNames = int(c.conn.names.Load())
 		st.LimitHits = c.conn.limitHits()
+		st.Replica = r.replica
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b ClientStatus) int {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringxds/ringxds/internal/authz"
+	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
@@ -49,6 +50,9 @@ type Options struct {
 	// policy lets its certificate read (authz.go); nil serves every
 	// client every cluster.
 	Authz *authz.Policy
+	// Replica names this server and its build in every ClientStatus and
+	// CSDS answer; the zero value means buildinfo.Local().
+	Replica buildinfo.Replica
 }
 
 // Server publishes snapshots to xDS clients.
@@ -167,6 +171,10 @@ func New(ctx context.Context, opts Options) *Server {
 		ready:     make(chan struct{}),
 	}
 	s.registry.now = now
+	s.registry.replica = opts.Replica
+	if s.registry.replica == (buildinfo.Replica{}) {
+		s.registry.replica = buildinfo.Local()
+	}
 	s.registry.limiter = lim
 	s.registry.current = s.publishing.Load
 	if opts.Authz != nil {
