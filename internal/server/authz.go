@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/ringxds/ringxds/internal/authz"
@@ -286,29 +285,5 @@ func (c *client) refusedStatus() ([]RefusedName, int) {
 	return out, n
 }
 
-// resourceName reads a published resource's name without decoding it:
-// field 1 of a Cluster, ClusterLoadAssignment, Listener and
-// RouteConfiguration alike.
-func resourceName(a *anypb.Any) string {
-	b := a.GetValue()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return ""
-		}
-		b = b[m:]
-	}
-	return ""
-}
+// resourceName reads a published resource's name without decoding it.
+func resourceName(a *anypb.Any) string { return string(resourceNameBytes(a.GetValue())) }

@@ -143,6 +143,12 @@ func startAuthz(t *testing.T, pki *testPKI, policy *authz.Policy) *authzFixture 
 // dial connects as the holder of client, or in plaintext when nil.
 func (f *authzFixture) dial(t *testing.T, client *tls.Certificate) discovery.AggregatedDiscoveryServiceClient {
 	t.Helper()
+	return discovery.NewAggregatedDiscoveryServiceClient(f.conn(t, client))
+}
+
+// conn is dial's connection.
+func (f *authzFixture) conn(t *testing.T, client *tls.Certificate) *grpc.ClientConn {
+	t.Helper()
 	creds := insecure.NewCredentials()
 	if client != nil {
 		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*client}, RootCAs: f.pki.pool, MinVersion: tls.VersionTLS12})
@@ -152,7 +158,7 @@ func (f *authzFixture) dial(t *testing.T, client *tls.Certificate) discovery.Agg
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return discovery.NewAggregatedDiscoveryServiceClient(conn)
+	return conn
 }
 
 var envoyNode = &core.Node{Id: "authz-test", UserAgentName: "envoy"}

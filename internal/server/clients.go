@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/buildinfo"
@@ -117,6 +118,12 @@ type TypeStatus struct {
 	// initialNames: the resources a delta client said it held when the
 	// type's subscription began, counted against the names limits.
 	initialNames int
+	// held is every resource of the type the client was sent and holds,
+	// sorted by name; ackedSeq the last response of the type it accepted;
+	// sotwNames a SotW stream's subscription (held.go).
+	held      []heldResource
+	ackedSeq  uint64
+	sotwNames []string
 }
 
 // Nack is a response a client rejected.
@@ -146,6 +153,8 @@ type client struct {
 	// delta ACKs carry only the nonce, and a SotW NACK names the version the
 	// client keeps, not the one it rejected.
 	sentByNonce map[string]sentResponse
+	// responses counts the responses sent, numbering them (held.go).
+	responses uint64
 	// clusters are the CDS names the client subscribes to (all published
 	// clusters when cdsWildcard), the clusters its verdicts are about.
 	clusters    map[string]struct{}
@@ -166,6 +175,10 @@ type client struct {
 	// metadata); a later request naming another re-identifies the stream.
 	nodeKey [sha256.Size]byte
 	closed  bool
+	// uaName, uaVersion and metadata are the parts of the node CSDS
+	// returns besides its ID and cluster (slimNode keeps no more).
+	uaName, uaVersion string
+	metadata          map[string]string
 
 	// conn is the stream's connection; bucket its request rate; names
 	// the resource names it subscribes to, counted in conn.names.
@@ -294,6 +307,15 @@ func (r *registry) identify(c *client, n *core.Node) {
 	c.status.NodeID = truncate(n.GetId(), maxNodeBytes)
 	c.status.NodeCluster = truncate(n.GetCluster(), maxNodeBytes)
 	c.status.UserAgent = truncate(strings.TrimSpace(n.GetUserAgentName()+" "+n.GetUserAgentVersion()), maxNodeBytes)
+	c.uaName, c.uaVersion, c.metadata = n.GetUserAgentName(), n.GetUserAgentVersion(), nil
+	for k, v := range n.GetMetadata().GetFields() {
+		if sv, ok := v.GetKind().(*structpb.Value_StringValue); ok {
+			if c.metadata == nil {
+				c.metadata = make(map[string]string, 2)
+			}
+			c.metadata[k] = sv.StringValue
+		}
+	}
 	c.status.Implementation = dataplane.Identify(n)
 	c.status.Kind = c.status.Implementation.Kind
 	c.status.Encoding = c.status.Kind.Encoding()
@@ -454,7 +476,10 @@ func (cb callbacks) OnStreamResponse(_ context.Context, id int64, req *discovery
 	}
 	resp.VersionInfo = contentVersion(resp.GetResources())
 	if c != nil {
-		cb.r.sent(c, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), proto.Size(resp))
+		short := shortType(resp.GetTypeUrl())
+		cb.r.sent(c, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), proto.Size(resp), func(ts *TypeStatus, sent *response) {
+			ts.holdSotW(short, resp.GetResources(), sent)
+		})
 	}
 }
 
@@ -486,7 +511,9 @@ func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryR
 	}
 	resp.SystemVersionInfo = deltaContentVersion(resp)
 	if c != nil {
-		cb.r.sent(c, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), proto.Size(resp))
+		cb.r.sent(c, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), proto.Size(resp), func(ts *TypeStatus, sent *response) {
+			ts.holdDelta(resp.GetResources(), resp.GetRemovedResources(), sent)
+		})
 	}
 }
 

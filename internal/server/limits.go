@@ -154,6 +154,7 @@ type connState struct {
 	refused *refusedConn
 
 	mu        sync.Mutex
+	unary     *tokenBucket
 	hits      map[string]*LimitHit
 	loggedAt  map[string]time.Time
 	unlogged  map[string]int
@@ -288,6 +289,7 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(connTagger{l}),
 		grpc.ChainStreamInterceptor(l.streamInterceptor),
+		grpc.ChainUnaryInterceptor(l.unaryInterceptor),
 	}
 	if n := l.limits.StreamsPerConnection; n > 0 {
 		// The HTTP/2 limit sits above ours, so a client opening more is
@@ -368,6 +370,40 @@ func (l *limiter) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.Strea
 		return ls.err
 	}
 	return err
+}
+
+// unaryInterceptor holds unary calls (CSDS FetchClientStatus, the only one
+// on the port) to the limits a stream's requests are held to: the
+// connection rate, the message size, and the request rate, counted per
+// connection since a unary call has no stream.
+func (l *limiter) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	cs := connFrom(ctx)
+	if cs == nil {
+		return handler(ctx, req)
+	}
+	if rc := cs.refused; rc != nil {
+		time.AfterFunc(refusedLinger, func() { _ = rc.Close() })
+		return nil, l.refuse(cs, LimitConnectionRate, codes.ResourceExhausted, "",
+			"more than %g new connections per second (burst %d); retry with backoff", l.limits.ConnectionsPerSecond, l.limits.ConnectionBurst)
+	}
+	if pm, ok := req.(proto.Message); ok && l.limits.MaxMessageBytes > 0 {
+		if n := proto.Size(pm); n > l.limits.MaxMessageBytes {
+			return nil, l.refuse(cs, LimitMessageSize, codes.ResourceExhausted, "", "a request of %d bytes (limit %d)", n, l.limits.MaxMessageBytes)
+		}
+	}
+	if rate := l.limits.RequestsPerSecond; rate > 0 {
+		cs.mu.Lock()
+		if cs.unary == nil {
+			cs.unary = newTokenBucket(rate, max(l.limits.RequestBurst, 1), l.now())
+		}
+		ok := cs.unary.take(l.now())
+		cs.mu.Unlock()
+		if !ok {
+			return nil, l.refuse(cs, LimitRequestRate, codes.ResourceExhausted, "",
+				"more than %g unary requests per second on one connection (burst %d)", rate, l.limits.RequestBurst)
+		}
+	}
+	return handler(ctx, req)
 }
 
 // limitedStream refuses a request over --max-message-bytes, and makes

@@ -49,6 +49,8 @@ func slimNode(n *core.Node) {
 // sentResponse is a response sent and not answered yet.
 type sentResponse struct {
 	typeURL, version string
+	// resp is what the resources it carried remember of it (held.go).
+	resp *response
 }
 
 // xdsRequest is what the registry reads of one SotW or delta request.
@@ -193,7 +195,7 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		// rejection of a response that was sent is worth counting: the
 		// client refused config, even if it is superseded.
 		if s, sent := c.sentByNonce[req.nonce]; sent && s.typeURL == req.typeURL && req.nack {
-			r.recordNACK(c, ts, req, s.version)
+			r.recordNACK(c, ts, req, s)
 			delete(c.sentByNonce, req.nonce)
 		}
 		return false, fixNone, ""
@@ -226,7 +228,7 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 	kind, short := string(c.status.Kind), shortType(req.typeURL)
 	ringTypes := req.typeURL == resource.ClusterType || req.typeURL == resource.EndpointType
 	if req.nack {
-		r.recordNACK(c, ts, req, sent)
+		r.recordNACK(c, ts, req, s)
 		if ringTypes {
 			if c.nacks == nil {
 				c.nacks = make(map[string]string, 2)
@@ -241,6 +243,7 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		return reassess, fixNone, ""
 	}
 	ts.AckedVersion, ts.AckedNonce, ts.AckedAt = sent, req.nonce, r.now()
+	ts.answered(s.resp, false, "", ts.AckedAt)
 	r.metrics.acks.WithLabelValues(kind, short).Inc()
 	if _, rejected := c.nacks[short]; rejected {
 		delete(c.nacks, short)
@@ -264,6 +267,7 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 		}
 		ts.Subscribed = len(req.names)
 		ts.Wildcard = explicit || ts.legacyWildcard
+		ts.keepSubscribed(req.names)
 		return
 	}
 	if ts.deltaNames == nil {
@@ -285,16 +289,28 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 		ts.Wildcard = true
 	case slices.Contains(req.removed, "*"):
 		ts.Wildcard = false
+		ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
+			_, kept := ts.deltaNames[string(h.name())]
+			return !kept
+		})
+	}
+	if !ts.Wildcard {
+		// The client forgets what it unsubscribes from (a wildcard
+		// stream keeps receiving it).
+		for _, name := range req.removed {
+			ts.drop(name)
+		}
 	}
 }
 
 // recordNACK counts a NACK and logs it, at most once per type every
 // nackLogEvery, with the count of those not logged since.
-func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, rejected string) {
+func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, s sentResponse) {
 	kind, short := string(c.status.Kind), shortType(req.typeURL)
-	now := r.now()
+	now, rejected := r.now(), s.version
 	ts.Nacks++
 	message := truncate(req.nackMessage, maxReasonBytes)
+	ts.answered(s.resp, true, message, now)
 	ts.LastNack = &Nack{Version: rejected, Nonce: req.nonce, KeptVersion: req.version, Message: message, At: now}
 	r.metrics.nacks.WithLabelValues(kind, short).Inc()
 	if !ts.nackLoggedAt.IsZero() && now.Sub(ts.nackLoggedAt) < nackLogEvery {
@@ -308,8 +324,9 @@ func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, rejecte
 	ts.nackLoggedAt, ts.nacksUnlogged = now, 0
 }
 
-// sent records a response about to be sent.
-func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
+// sent records a response about to be sent; hold records the resources it
+// carries (holdSotW or holdDelta).
+func (r *registry) sent(c *client, typeURL, version, nonce string, size int, hold func(*TypeStatus, *response)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.typeStatus(typeURL)
@@ -317,6 +334,9 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 	// ignores its answer, but a rejection of it is still counted with the
 	// version it rejected.
 	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
+	c.responses++
+	resp := &response{seq: c.responses, version: version, at: ts.SentAt}
+	hold(ts, resp)
 	ts.awaitingAnswer = true
 	if c.sentByNonce == nil {
 		c.sentByNonce = make(map[string]sentResponse, 4)
@@ -332,7 +352,7 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int) {
 		}
 		c.sentByNonce = latest
 	}
-	c.sentByNonce[nonce] = sentResponse{typeURL: typeURL, version: version}
+	c.sentByNonce[nonce] = sentResponse{typeURL: typeURL, version: version, resp: resp}
 	kind, short := string(c.status.Kind), shortType(typeURL)
 	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
 	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))

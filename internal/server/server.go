@@ -15,6 +15,7 @@ import (
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -224,9 +225,10 @@ func classify(n *core.Node, typeURL string) string {
 	return unservedGroup
 }
 
-// Register adds the ADS service and the per-type CDS, EDS, LDS and RDS
-// services (SotW and delta) to g.
+// Register adds the ADS service, the per-type CDS, EDS, LDS and RDS
+// services (SotW and delta) and CSDS (csds.go) to g.
 func (s *Server) Register(g *grpc.Server) {
+	statusv3.RegisterClientStatusDiscoveryServiceServer(g, csds{s: s})
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
