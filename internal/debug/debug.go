@@ -21,11 +21,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-
 	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/dataplane"
+	"github.com/ringxds/ringxds/internal/predict"
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/server"
 	"github.com/ringxds/ringxds/internal/snapshot"
@@ -329,16 +327,12 @@ func (h *Handler) predict(snap *snapshot.Snapshot, p dataplane.Implementation, c
 	if err != nil {
 		return "", "", err
 	}
-	if p.FadeSchedule {
-		f, err := h.fadeRing(snap, p, cluster, d, now)
-		if err != nil {
-			return "", "", err
-		}
-		if f != nil {
-			return ringhash.PolicyRingHash, f.pick(hash, now), nil
-		}
+	f, err := h.fadeRing(snap, p, cluster, d, now)
+	if err != nil {
+		return "", "", err
 	}
-	return d.Ring.Policy(), d.Endpoints[d.Ring.Pick(hash)].Addr, nil
+	policy, endpoint = (&predict.Ring{Decoded: d, Fade: f}).Pick(hash, now)
+	return policy, endpoint, nil
 }
 
 // ringCache holds the rings decoded from one published snapshot, built on
@@ -349,7 +343,7 @@ type ringCache struct {
 	rings map[ringKey]*snapshot.Decoded
 	// fades holds the N-rings of fade schedules, nil where an
 	// implementation runs no schedule on the cluster.
-	fades map[ringKey]*fadeRing
+	fades map[ringKey]*predict.FadeRing
 }
 
 type ringKey struct {
@@ -362,7 +356,7 @@ type ringKey struct {
 func (h *Handler) cache(snap *snapshot.Snapshot) *ringCache {
 	rc := h.rings.Load()
 	if rc == nil || rc.snap != snap {
-		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded), fades: make(map[ringKey]*fadeRing)}
+		fresh := &ringCache{snap: snap, rings: make(map[ringKey]*snapshot.Decoded), fades: make(map[ringKey]*predict.FadeRing)}
 		if h.rings.CompareAndSwap(rc, fresh) {
 			rc = fresh
 		} else {
@@ -385,13 +379,7 @@ func (h *Handler) decoded(snap *snapshot.Snapshot, kind snapshot.Kind, d snapsho
 	if dec, ok := rc.rings[k]; ok {
 		return dec, nil
 	}
-	res := snap.Kinds[kind]
-	cds, _ := res[resource.ClusterType][cluster].(*clusterv3.Cluster)
-	cla, _ := res[resource.EndpointType][cluster].(*endpointv3.ClusterLoadAssignment)
-	if cds == nil || cla == nil {
-		return nil, errors.New("cluster or endpoints not published")
-	}
-	dec, err := snapshot.DecodeAs(cds, cla, d)
+	dec, err := predict.Decode(snap, kind, d, cluster)
 	if err != nil {
 		return nil, err
 	}
