@@ -77,7 +77,9 @@ func TestLdflagsNames(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), "printbuild")
 	const pkg = "github.com/ringxds/ringxds/internal/buildinfo"
-	cmd := exec.Command("go", "build", "-ldflags", "-X "+pkg+".version=v9.8.7 -X "+pkg+".revision=feedface", "-o", bin, "./testdata/printbuild")
+	// -buildvcs=false: in a checkout with local changes the stamp would
+	// add "(modified)".
+	cmd := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X "+pkg+".version=v9.8.7 -X "+pkg+".revision=feedface", "-o", bin, "./testdata/printbuild")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
