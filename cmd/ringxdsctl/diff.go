@@ -17,7 +17,7 @@ import (
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
 
-const diffSynopsis = `diff before.yaml after.yaml [--keys keys.txt | --samples N [--seed S]] [-o json]
+const diffSynopsis = `diff before.yaml after.yaml [--cluster name] [--keys keys.txt | --samples N [--seed S]] [-o json]
 
 Compares, per cluster and per data plane, where each key goes with the
 endpoints of before.yaml and with those of after.yaml, every endpoint
@@ -94,6 +94,7 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	keysFile := fs.String("keys", "", "file of keys, one per line, to count instead of random ones")
 	samples := fs.Int("samples", defaultSamples, "random keys to draw when there is no --keys file")
 	seed := fs.Uint64("seed", defaultSeed, "seed of the random keys")
+	cluster := fs.String("cluster", "", "compare only this cluster (default: every cluster of either file)")
 	out := outputFlag(fs)
 	files, err := parseArgs(fs, args)
 	if err != nil {
@@ -116,6 +117,11 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *cluster != "" {
+		if before.checkCluster(*cluster) != nil && after.checkCluster(*cluster) != nil {
+			return fmt.Errorf("neither file has a cluster %q; their clusters: %s", *cluster, strings.Join(slices.Compact(slices.Sorted(slices.Values(append(before.clusters(), after.clusters()...)))), ", "))
+		}
+	}
 	var keys keySet
 	if *keysFile != "" {
 		keys, err = readKeys(*keysFile)
@@ -125,7 +131,7 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := diffPlans(before, after, keys)
+	res, err := diffPlans(before, after, keys, *cluster)
 	if err != nil {
 		return err
 	}
@@ -189,12 +195,15 @@ func sampleKeyStrings(n int, seed uint64) []string {
 	return out
 }
 
-// diffPlans compares every cluster of either file.
-func diffPlans(before, after *plan, keys keySet) (diffOutput, error) {
+// diffPlans compares every cluster of either file, or only the one named.
+func diffPlans(before, after *plan, keys keySet, only string) (diffOutput, error) {
 	res := diffOutput{Before: before.path, After: after.path, Keys: keys, Unpredicted: dataplane.Unpredicted()}
 	names := append(before.clusters(), after.clusters()...)
 	slices.Sort(names)
 	for _, name := range slices.Compact(names) {
+		if only != "" && name != only {
+			continue
+		}
 		b, inBefore := before.state.Cluster(name)
 		a, inAfter := after.state.Cluster(name)
 		cd := clusterDiff{Cluster: name, FadeIn: "off"}
@@ -294,7 +303,7 @@ func diffTable(w io.Writer, res diffOutput) error {
 			if m.Moved > 0 {
 				warms = pct(m.FadeInWarms) + " of moved"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", cd.Cluster, cd.Change, m.Client, m.Policy,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cd.Cluster, cd.Change, m.Client, m.Policy,
 				pct(m.Moved), pct(m.OldToOld), pct(m.ToNew), pct(m.RemovedToOld), warms, cd.FadeIn)
 		}
 	}

@@ -242,6 +242,10 @@ func TestDiffKeysFileAndClusterChanges(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "catalog    removed") || !strings.Contains(out, "4 keys from "+keys) {
 		t.Errorf("table (exit %d):\n%s", code, out)
 	}
+	ctlJSON(t, &got, "diff", "--keys", keys, before, after, "--cluster", "products")
+	if len(got.Clusters) != 1 || got.Clusters[0].Cluster != "products" || len(got.Clusters[0].ByClient) != len(dataplane.Predicted()) {
+		t.Errorf("--cluster products: %+v", got.Clusters)
+	}
 
 	for _, tc := range []struct {
 		args []string
@@ -249,6 +253,7 @@ func TestDiffKeysFileAndClusterChanges(t *testing.T) {
 		want string
 	}{
 		{[]string{"diff", before}, 2, "want two endpoints files"},
+		{[]string{"diff", before, after, "--cluster", "prodcts"}, 1, `neither file has a cluster "prodcts"; their clusters: catalog, inventory, products`},
 		{[]string{"diff", before, after, "--samples", "0"}, 2, "--samples 0"},
 		{[]string{"diff", before, after, "--keys", writeFile(t, "empty.txt", "\n\n")}, 1, "empty.txt: no keys"},
 		{[]string{"diff", before, after, "--keys", writeFile(t, "long.txt", "a\n"+strings.Repeat("x", maxKeyLine+1)+"\n")}, 1, "long.txt:2: "},
