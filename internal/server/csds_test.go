@@ -229,8 +229,18 @@ func TestCSDSReportsEachResourceAckedOrRejected(t *testing.T) {
 	want["cds catalog"], want["cds products.shop"] = acked, acked
 	delete(want, "cds orders.billing")
 	waitCSDS(t, csc, "envoy-1", want)
+	if cs := f.s.Clients(); len(cs) != 1 || cs[0].Replica != csdsReplica {
+		t.Errorf("/debug/clients does not name the replica: %+v", cs)
+	}
+}
 
-	// A delta client: CDS accepted, an LDS response left unanswered.
+// A delta client that accepts CDS and leaves an LDS response unanswered.
+func TestCSDSDeltaClient(t *testing.T) {
+	f := startCSDS(t, DefaultLimits())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(f.cc)
+	csc := statusv3.NewClientStatusDiscoveryServiceClient(f.cc)
 	delta, err := ads.DeltaAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
