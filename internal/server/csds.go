@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 
@@ -276,9 +275,4 @@ func heldConfig(typeURL string, h heldResource, ackedSeq uint64, budget *int) *s
 		g.XdsConfig = &anypb.Any{TypeUrl: typeURL, Value: h.value}
 	}
 	return g
-}
-
-// errUnsupportedMatcher names what CSDS cannot match on.
-func errUnsupportedMatcher(what string) error {
-	return fmt.Errorf("node_matchers: %s is not supported (ringxds matches node_id with exact, prefix, suffix, contains or safe_regex)", what)
 }

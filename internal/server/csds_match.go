@@ -83,3 +83,8 @@ func compileStringMatcher(m *matcher.StringMatcher, field string) (func(string) 
 	}
 	return nil, fmt.Errorf("%s: no match pattern (want exact, prefix, suffix, contains or safe_regex)", field)
 }
+
+// errUnsupportedMatcher names what CSDS cannot match on.
+func errUnsupportedMatcher(what string) error {
+	return fmt.Errorf("node_matchers: %s is not supported (ringxds matches node_id with exact, prefix, suffix, contains or safe_regex)", what)
+}
