@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/fadein"
+	"github.com/ringxds/ringxds/internal/predict"
 	"github.com/ringxds/ringxds/internal/ringhash"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
@@ -106,26 +107,26 @@ func (h *Handler) explain(snap *snapshot.Snapshot, p dataplane.Implementation, c
 
 // explainNRing explains a pick of clientlib/grpcbalancer's fade N-ring:
 // which of its rings the key uses now, and what the newest would do.
-func explainNRing(f *fadeRing, impl string, hash uint64, now time.Time) *PickExplanation {
+func explainNRing(f *predict.FadeRing, impl string, hash uint64, now time.Time) *PickExplanation {
 	step := fadein.StepTime(now)
-	r, index := f.ring.Ring(hash, step)
+	r, index := f.NRing.Ring(hash, step)
 	addrs := make([]string, len(index))
 	for i, m := range index {
-		addrs[i] = f.addrs[m]
+		addrs[i] = f.Addrs[m]
 	}
 	x := explainRing(r, addrs, hash)
-	stage, rings, u := f.ring.Stage(hash, step)
-	if newest, newIndex := f.ring.Newest(); stage < rings-1 {
+	stage, rings, u := f.NRing.Stage(hash, step)
+	if newest, newIndex := f.NRing.Newest(); stage < rings-1 {
 		newAddrs := make([]string, len(newIndex))
 		for i, m := range newIndex {
-			newAddrs[i] = f.addrs[m]
+			newAddrs[i] = f.Addrs[m]
 		}
 		x.skip(newest, newAddrs, hash, func(string) string {
 			return fmt.Sprintf("its endpoint is fading in, and this key cuts over to it only once that fade's share passes %.3f", u)
 		})
 	}
-	f.ring.Walk(hash, step, func(m int) bool {
-		if a := f.addrs[m]; a != x.Entry.Endpoint {
+	f.NRing.Walk(hash, step, func(m int) bool {
+		if a := f.Addrs[m]; a != x.Entry.Endpoint {
 			x.Fallbacks = append(x.Fallbacks, a)
 		}
 		return true

@@ -40,15 +40,16 @@ func Decode(snap *snapshot.Snapshot, kind snapshot.Kind, d snapshot.Dialect, clu
 // FadeRing is the N-ring clientlib/grpcbalancer runs on a cluster from the
 // schedule published to it.
 type FadeRing struct {
-	ring *fadein.NRing
-	// addrs maps the ring's member indices to endpoints.
-	addrs []string
+	// NRing is the package's ring, read as the package reads it.
+	NRing *fadein.NRing
+	// Addrs maps the ring's member indices to endpoints.
+	Addrs []string
 }
 
 // Pick is the endpoint the ring sends request hash h to at now: at the
 // fade step in force, as the package's picker reads it.
 func (f *FadeRing) Pick(h uint64, now time.Time) string {
-	return f.addrs[f.ring.Pick(h, fadein.StepTime(now))]
+	return f.Addrs[f.NRing.Pick(h, fadein.StepTime(now))]
 }
 
 // NewFadeRing returns the N-ring implementation p runs on the cluster, or
@@ -79,9 +80,9 @@ func NewFadeRing(snap *snapshot.Snapshot, p dataplane.Implementation, cluster st
 	if err != nil {
 		return nil, err
 	}
-	f := &FadeRing{ring: n, addrs: make([]string, len(index))}
+	f := &FadeRing{NRing: n, Addrs: make([]string, len(index))}
 	for i, m := range index {
-		f.addrs[i] = sched.Members[m].Address
+		f.Addrs[i] = sched.Members[m].Address
 	}
 	return f, nil
 }
