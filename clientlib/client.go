@@ -51,6 +51,13 @@ type Client struct {
 	done   chan struct{}
 	closed atomic.Bool
 
+	// unknown notes the clusters the server was found not to publish, and
+	// published the last list of those it does (unknown.go).
+	unknownMu   sync.Mutex
+	unknown     map[string]unknownNote
+	published   []string
+	publishedAt time.Time
+
 	// xDS counters, exported by the collector.
 	connected          atomic.Bool
 	upSince            atomic.Int64          // unix nanos the current stream delivered its first response
@@ -226,6 +233,12 @@ func (c *Client) Balancer(ctx context.Context, cluster string, opts ...BalancerO
 		}
 		b = newBalancer(cluster, bo, c.log.With(zap.String("cluster", cluster)))
 		b.life.owner, b.life.server, b.life.asked = c, c.serverState, time.Now()
+		if note, ok := c.recentUnknown(cluster); ok {
+			// Found missing moments ago: say so at once again, and do
+			// not list every cluster again to say it.
+			b.life.cause = unknownCause(cluster, "", note.didYouMean)
+			b.life.didYouMean, b.life.suggested = note.didYouMean, true
+		}
 		var tickCtx context.Context
 		tickCtx, b.life.cancel = context.WithCancel(c.ctx)
 		c.balancers[cluster] = b
@@ -436,6 +449,7 @@ func (c *Client) applyClusterLocked(b *balancer, cds *clusterv3.Cluster) string 
 	prev, hadPrev := c.clusters[cds.GetName()]
 	c.clusters[cds.GetName()] = cds
 	b.life.setSeen()
+	c.forgetUnknown(b.cluster)
 	if b.life.setStale(time.Time{}) {
 		c.log.Info("cluster published again", zap.String("cluster", b.cluster))
 	}

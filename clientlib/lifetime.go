@@ -119,6 +119,10 @@ func (b *balancer) notReady(ctxErr error) error {
 		switch {
 		case seen:
 			cause = errors.New("the management server sent the cluster but not its endpoints")
+		case heardSince.IsZero():
+			// Connected, but nothing has come on the stream: a server
+			// that answers nothing says nothing of this cluster either.
+			cause = errors.New("the management server has not answered on its stream yet")
 		case !asked.IsZero() && silent >= unknownAfter:
 			cause = unknownCause(b.cluster, fmt.Sprintf("it sent nothing for it in %v", silent.Round(time.Millisecond)), didYouMean)
 		}

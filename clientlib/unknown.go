@@ -45,7 +45,7 @@ func unknownCause(cluster, detail string, didYouMean []string) error {
 func (c *Client) suggestFor(b *balancer, answered bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, suggestTimeout)
 	defer cancel()
-	names, err := c.publishedClusters(ctx)
+	names, err := c.publishedClustersCached(ctx)
 	if err != nil {
 		c.log.Debug("could not list the published clusters for a suggestion", zap.String("cluster", b.cluster), zap.Error(err))
 	}
@@ -59,8 +59,75 @@ func (c *Client) suggestFor(b *balancer, answered bool) {
 		b.life.cause = unknownCause(b.cluster, "", did)
 	}
 	b.life.mu.Unlock()
+	c.unknownMu.Lock()
+	if c.unknown == nil {
+		c.unknown = make(map[string]unknownNote)
+	}
+	if len(c.unknown) >= maxUnknownNotes {
+		clear(c.unknown) // a bound, not a cache policy: names are few
+	}
+	c.unknown[b.cluster] = unknownNote{didYouMean: did, at: time.Now()}
+	c.unknownMu.Unlock()
 	c.log.Warn("the management server does not publish this cluster; waiting for it",
 		zap.String("cluster", b.cluster), zap.Strings("did_you_mean", did))
+}
+
+// unknownNote is what the client learnt of a cluster the server does not
+// publish. A failed Balancer releases its balancer, and the server does
+// not answer a name it lacks again when it is subscribed again, so a
+// caller retrying a misspelled name would otherwise get the diagnosis once
+// and then a bare deadline, and make the client list every cluster anew on
+// each call.
+type unknownNote struct {
+	didYouMean []string
+	at         time.Time
+}
+
+// unknownMemory is how long a note stands: long enough for a caller's
+// retry loop, short enough that a cluster published meanwhile is not
+// reported missing for long (its resources clear the note as they arrive
+// anyway).
+const unknownMemory = 30 * time.Second
+
+// maxUnknownNotes bounds the notes a client keeps.
+const maxUnknownNotes = 256
+
+// recentUnknown returns the note on cluster, if it is recent.
+func (c *Client) recentUnknown(cluster string) (unknownNote, bool) {
+	c.unknownMu.Lock()
+	defer c.unknownMu.Unlock()
+	n, ok := c.unknown[cluster]
+	if !ok || time.Since(n.at) > unknownMemory {
+		return unknownNote{}, false
+	}
+	return n, true
+}
+
+// forgetUnknown drops the note on cluster: the server published it.
+func (c *Client) forgetUnknown(cluster string) {
+	c.unknownMu.Lock()
+	delete(c.unknown, cluster)
+	c.unknownMu.Unlock()
+}
+
+// publishedClustersCached is publishedClusters, reusing a list fetched
+// within unknownMemory: each list is every cluster the server has, which
+// on a large server is megabytes.
+func (c *Client) publishedClustersCached(ctx context.Context) ([]string, error) {
+	c.unknownMu.Lock()
+	names, at := c.published, c.publishedAt
+	c.unknownMu.Unlock()
+	if names != nil && time.Since(at) <= unknownMemory {
+		return names, nil
+	}
+	names, err := c.publishedClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.unknownMu.Lock()
+	c.published, c.publishedAt = names, time.Now()
+	c.unknownMu.Unlock()
+	return names, nil
 }
 
 // publishedClusters lists the clusters the server publishes to this

@@ -32,6 +32,21 @@ func TestUnknownClusterSuggestsAPublishedName(t *testing.T) {
 	if warned.Len() != 1 || warned.All()[0].Level != zap.WarnLevel {
 		t.Errorf("logged %d times: %v", warned.Len(), warned.All())
 	}
+	// A caller retrying the same name with short deadlines keeps being
+	// told, without the client listing every cluster again: each failed
+	// call releases its balancer, and the server does not answer a name
+	// it lacks twice.
+	for i := range 3 {
+		retry, cancelRetry := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := c.Balancer(retry, "product")
+		cancelRetry()
+		if !errors.Is(err, clientlib.ErrUnknownCluster) || !strings.Contains(err.Error(), `did you mean "products"?`) {
+			t.Fatalf("retry %d of a misspelled cluster: %v, want ErrUnknownCluster naming products", i, err)
+		}
+	}
+	if n := logs.FilterMessageSnippet("does not publish this cluster").Len(); n != 1 {
+		t.Errorf("the retries listed the clusters again: %d warnings", n)
+	}
 
 	// Nothing near: the error still names the cluster, without a guess.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 1500*time.Millisecond)

@@ -160,6 +160,11 @@ func readKeys(path string) (keySet, error) {
 	for sc.Scan() {
 		line++
 		k := strings.TrimSuffix(sc.Text(), "\r")
+		if line == 1 {
+			// Editors on some systems start a UTF-8 file with a byte
+			// order mark, which would become part of the first key.
+			k = strings.TrimPrefix(k, "\ufeff")
+		}
 		if k == "" {
 			continue
 		}

@@ -32,8 +32,10 @@ type PickExplanation struct {
 	SkippedMore int            `json:"skipped_more,omitempty"`
 	// Fallbacks are the other endpoints in the order a walk from the key
 	// meets them: where clientlib's Do and Transport send the key when the
-	// owner is over its load bound, frozen or ejected.
-	Fallbacks []string `json:"fallbacks,omitempty"`
+	// owner is over its load bound, frozen or ejected (the first
+	// maxFallbacks; FallbacksMore counts the rest).
+	Fallbacks     []string `json:"fallbacks,omitempty"`
+	FallbacksMore int      `json:"fallbacks_more,omitempty"`
 	// Why says it in words.
 	Why string `json:"why"`
 }
@@ -58,7 +60,21 @@ type SkippedEntry struct {
 const (
 	explainNeighbours = 2
 	maxSkipped        = 8
+	maxFallbacks      = 8
 )
+
+// addFallback records a endpoint a walk meets after the owner, within
+// maxFallbacks.
+func (x *PickExplanation) addFallback(a string) {
+	if a == x.Entry.Endpoint {
+		return
+	}
+	if len(x.Fallbacks) < maxFallbacks {
+		x.Fallbacks = append(x.Fallbacks, a)
+		return
+	}
+	x.FallbacksMore++
+}
 
 // explainParam reports whether a query asks for explanations.
 func explainParam(v string) bool {
@@ -96,9 +112,7 @@ func (h *Handler) explain(snap *snapshot.Snapshot, p dataplane.Implementation, c
 		})
 	}
 	d.Ring.Walk(hash, func(i int) bool {
-		if addrs[i] != x.Entry.Endpoint {
-			x.Fallbacks = append(x.Fallbacks, addrs[i])
-		}
+		x.addFallback(addrs[i])
 		return true
 	})
 	x.Why = x.because(hash, p.Name)
@@ -126,9 +140,7 @@ func explainNRing(f *predict.FadeRing, impl string, hash uint64, now time.Time) 
 		})
 	}
 	f.NRing.Walk(hash, step, func(m int) bool {
-		if a := f.Addrs[m]; a != x.Entry.Endpoint {
-			x.Fallbacks = append(x.Fallbacks, a)
-		}
+		x.addFallback(f.Addrs[m])
 		return true
 	})
 	x.Why = x.because(hash, impl)
@@ -270,12 +282,19 @@ func (x *PickExplanation) because(h uint64, impl string) string {
 		fmt.Fprintf(&b, "; %s owns it.", x.Entry.Endpoint)
 	}
 	if n := len(x.Skipped) + x.SkippedMore; n > 0 {
-		fmt.Fprintf(&b, " %d entr%s between the hash and it belong to endpoints still fading in (skipped).", n, map[bool]string{true: "y", false: "ies"}[n == 1])
+		if n == 1 {
+			b.WriteString(" 1 entry between the hash and it belongs to an endpoint still fading in (skipped).")
+		} else {
+			fmt.Fprintf(&b, " %d entries between the hash and it belong to endpoints still fading in (skipped).", n)
+		}
 	}
 	if len(x.Fallbacks) == 0 {
 		return b.String()
 	}
 	next := strings.Join(x.Fallbacks, ", ")
+	if x.FallbacksMore > 0 {
+		next += fmt.Sprintf(" and %d more", x.FallbacksMore)
+	}
 	switch impl {
 	case dataplane.Clientlib:
 		fmt.Fprintf(&b, " Do and Transport (bounded load, on by default) take the owner unless it is over its load bound, frozen or ejected, then %s, in that order.", next)

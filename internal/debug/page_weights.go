@@ -77,7 +77,7 @@ func weightsNote(c *model.Cluster, d *snapshot.Decoded, size int, fading bool) s
 	if uint64(size) != final {
 		fmt.Fprintf(&b, ", %d now", size)
 	}
-	fmt.Fprintf(&b, "; the configured minimum_ring_size (%d) plays no part. ", c.MinRingSize)
+	fmt.Fprintf(&b, "; minimum_ring_size (%d) plays no part. ", c.MinRingSize)
 	b.WriteString("ringxds publishes the EDS weights and ring sizes under which Envoy, grpc-go, grpc-js and C-core all build exactly that ring, so every endpoint's share still follows its configured weight.")
 	if fading {
 		b.WriteString(" While an endpoint fades in they change every second: each step's ring keeps every entry of the one before and adds some of the new endpoint's.")

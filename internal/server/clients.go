@@ -501,6 +501,13 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 		cb.r.claimRefused(c, typeURL, req)
 		c.mu.Unlock()
 	}
+	if err == nil && len(req.GetInitialResourceVersions()) > 0 {
+		c.mu.Lock()
+		if ts := c.status.Types[shortType(cmp.Or(req.GetTypeUrl(), c.defaultType))]; ts != nil {
+			ts.holdClaimed(req.GetInitialResourceVersions(), cb.r.now())
+		}
+		c.mu.Unlock()
+	}
 	return err
 }
 

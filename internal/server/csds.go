@@ -270,7 +270,7 @@ func heldConfig(typeURL string, h heldResource, ackedSeq uint64, budget *int) *s
 	default:
 		g.ConfigStatus, g.ClientStatus = statusv3.ConfigStatus_STALE, admin.ClientResourceStatus_REQUESTED
 	}
-	if n := len(h.value); n <= *budget {
+	if n := len(h.value); h.value != nil && n <= *budget {
 		*budget -= n
 		g.XdsConfig = &anypb.Any{TypeUrl: typeURL, Value: h.value}
 	}

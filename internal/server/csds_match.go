@@ -72,7 +72,12 @@ func compileStringMatcher(m *matcher.StringMatcher, field string) (func(string) 
 			return nil, fmt.Errorf("%s.safe_regex: %d bytes (limit %d)", field, len(expr), maxRegexBytes)
 		}
 		// Envoy's safe_regex matches the whole string (RE2 full match);
-		// ignore_case does not apply to it.
+		// ignore_case does not apply to it. The expression is compiled on
+		// its own first: wrapped at once, "a)|(b" would close the wrapper's
+		// group and turn the full match into a substring match.
+		if _, err := regexp.Compile(expr); err != nil {
+			return nil, fmt.Errorf("%s.safe_regex: %w", field, err)
+		}
 		re, err := regexp.Compile(`^(?:` + expr + `)$`)
 		if err != nil {
 			return nil, fmt.Errorf("%s.safe_regex: %w", field, err)

@@ -468,3 +468,18 @@ func TestCSDSLimits(t *testing.T) {
 		t.Errorf("a CSDS stream over the streams limit: %v, want ResourceExhausted naming --max-streams-per-connection", err)
 	}
 }
+
+// A safe_regex that would close the full-match wrapper's group is refused,
+// as RE2 (and so Envoy) refuses it, instead of matching substrings.
+func TestCSDSRegexCannotEscapeTheFullMatch(t *testing.T) {
+	for expr, want := range map[string]bool{"a)|(b": false, "envoy-.*": true, "(x": false} {
+		m, err := compileStringMatcher(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{
+			SafeRegex: &matcher.RegexMatcher{Regex: expr}}}, "node_id")
+		if (err == nil) != want {
+			t.Errorf("%q: error %v, want accepted = %v", expr, err, want)
+		}
+		if err == nil && m("xx-envoy-1") {
+			t.Errorf("%q matched a substring", expr)
+		}
+	}
+}

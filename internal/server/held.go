@@ -49,9 +49,18 @@ type response struct {
 type heldResource struct {
 	value []byte
 	resp  *response
+	// claimed names a resource a delta client said it held when it
+	// (re)connected (initial_resource_versions), which this stream never
+	// sent: value is nil then, and resp carries the client's version.
+	claimed string
 }
 
-func (h heldResource) name() []byte { return resourceNameBytes(h.value) }
+func (h heldResource) name() []byte {
+	if h.value == nil {
+		return []byte(h.claimed)
+	}
+	return resourceNameBytes(h.value)
+}
 
 // state is how CSDS reports a held resource. A SotW client that accepts a
 // response accepts all it holds of the type, so a resource whose own
@@ -112,29 +121,70 @@ func (ts *TypeStatus) holdSotW(short string, resources []*anypb.Any, resp *respo
 		ts.held = held
 		return
 	}
+	add := make([]heldResource, 0, len(resources))
 	for _, a := range resources {
-		ts.hold(heldResource{value: a.GetValue(), resp: resp})
+		add = append(add, heldResource{value: a.GetValue(), resp: resp})
 	}
+	ts.holdAll(add)
 }
 
 // holdDelta records the resources a delta response adds or replaces, and
 // forgets those it removes.
 func (ts *TypeStatus) holdDelta(resources []*discovery.Resource, removed []string, resp *response) {
+	add := make([]heldResource, 0, len(resources))
 	for _, r := range resources {
-		ts.hold(heldResource{value: r.GetResource().GetValue(), resp: resp})
+		add = append(add, heldResource{value: r.GetResource().GetValue(), resp: resp})
 	}
+	ts.holdAll(add)
 	for _, name := range removed {
 		ts.drop(name)
 	}
 }
 
-func (ts *TypeStatus) hold(h heldResource) {
-	i, found := findHeld(ts.held, h.name())
-	if found {
-		ts.held[i] = h
-		return
+// holdClaimed records the resources a delta client says it holds as it
+// (re)connects: go-control-plane sends none of them again while they are
+// current, and the client accepted them on the stream it had before, so
+// they are accepted at the version it names.
+func (ts *TypeStatus) holdClaimed(versions map[string]string, at time.Time) {
+	add := make([]heldResource, 0, len(versions))
+	for name, version := range versions {
+		resp := &response{version: version, at: at, answer: answerACK}
+		add = append(add, heldResource{resp: resp, claimed: name})
 	}
-	ts.held = slices.Insert(ts.held, i, h)
+	ts.holdAll(add)
+}
+
+// holdAll records resources as hold does, sorting them once and merging
+// them into held: one at a time, a large response cost time quadratic in
+// its size, under the client's lock, before it went out.
+func (ts *TypeStatus) holdAll(add []heldResource) {
+	byName := func(a, b heldResource) int { return bytes.Compare(a.name(), b.name()) }
+	slices.SortStableFunc(add, byName)
+	// Of one name listed twice, the later wins, as hold would have it.
+	dedup := add[:0]
+	for i, h := range add {
+		if i+1 < len(add) && byName(h, add[i+1]) == 0 {
+			continue
+		}
+		dedup = append(dedup, h)
+	}
+	merged := make([]heldResource, 0, len(ts.held)+len(dedup))
+	i, j := 0, 0
+	for i < len(ts.held) && j < len(dedup) {
+		switch c := byName(ts.held[i], dedup[j]); {
+		case c < 0:
+			merged = append(merged, ts.held[i])
+			i++
+		case c > 0:
+			merged = append(merged, dedup[j])
+			j++
+		default:
+			merged = append(merged, dedup[j])
+			i, j = i+1, j+1
+		}
+	}
+	merged = append(merged, ts.held[i:]...)
+	ts.held = append(merged, dedup[j:]...)
 }
 
 func (ts *TypeStatus) drop(name string) {
