@@ -14,7 +14,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/xds-server ./cmd/xds-server
+# .git stays out of the build context, so the toolchain cannot stamp the
+# commit: pass it, or --version and ringxds_build_info read "devel" and
+# "unknown" and replicas of different builds look alike:
+#   docker build --build-arg VERSION=$(git describe --tags --always) \
+#     --build-arg REVISION=$(git rev-parse HEAD) .
+ARG VERSION=
+ARG REVISION=
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w -X github.com/ringxds/ringxds/internal/buildinfo.version=${VERSION} -X github.com/ringxds/ringxds/internal/buildinfo.revision=${REVISION}" -o /out/xds-server ./cmd/xds-server
 
 # No base image, so no base image to pin or patch.
 FROM scratch
