@@ -20,7 +20,13 @@ import (
 type block struct {
 	file, lang, text string
 	line             int
+	// wrong: the line before the block is a comment starting with
+	// wrongMark, for an example that shows a mistake.
+	wrong bool
 }
+
+// wrongMark starts the comment that marks an example wrong on purpose.
+const wrongMark = "<!-- Wrong on purpose"
 
 // pages are the Markdown files a newcomer follows: the README and every
 // page it links, the example READMEs included.
@@ -61,7 +67,9 @@ func blocks(t *testing.T, lang string) []block {
 				t.Fatalf("%s: a code block that never closes", f)
 			}
 			if text[pos+m[2]:pos+m[3]] == lang {
-				out = append(out, block{file: f, lang: lang, text: text[start : start+end+1], line: strings.Count(text[:start], "\n") + 1})
+				before := strings.TrimSuffix(text[:pos+m[0]], "\n")
+				wrong := strings.HasPrefix(before[strings.LastIndexByte(before, '\n')+1:], wrongMark)
+				out = append(out, block{file: f, lang: lang, text: text[start : start+end+1], line: strings.Count(text[:start], "\n") + 1, wrong: wrong})
 			}
 			// Past the closing fence's line.
 			pos = start + end + 1
@@ -185,7 +193,11 @@ func TestDocYAMLExamplesLoad(t *testing.T) {
 		case doc["clusters"] != nil:
 			endpointFiles++
 			// Positions in errors are within the block, which starts at line b.line.
-			if _, err := watch.ParseFile(fmt.Sprintf("%s (block at line %d)", b.file, b.line), []byte(b.text)); err != nil {
+			_, err := watch.ParseFile(fmt.Sprintf("%s (block at line %d)", b.file, b.line), []byte(b.text))
+			switch {
+			case b.wrong && err == nil:
+				t.Errorf("%s: the example marked wrong on purpose loads", where)
+			case !b.wrong && err != nil:
 				t.Errorf("%s: the endpoints file example does not load:\n%v", where, err)
 			}
 		case doc["apiVersion"] != nil && doc["kind"] != nil:

@@ -227,7 +227,15 @@ func fieldErr(field, format string, args ...any) error {
 
 // Validate checks a cluster after ApplyDefaults. Errors are *FieldError
 // values joined with errors.Join, one per problem.
-func (c *Cluster) Validate() error {
+func (c *Cluster) Validate() error { return c.ValidateApart(nil) }
+
+// ValidateApart is Validate, except that each endpoint i for which apart(i)
+// is true is checked on its own fields only, and never compared with the
+// others (duplicates, ring keys). A source calls it for endpoints it could
+// not read whole: an endpoint whose port was refused is left at port 0, and
+// comparing it would report duplicates the input does not have. A nil apart
+// compares every endpoint.
+func (c *Cluster) ValidateApart(apart func(i int) bool) error {
 	var errs []error
 	if c.Name == "" {
 		errs = append(errs, fieldErr("name", "must not be empty"))
@@ -304,6 +312,9 @@ func (c *Cluster) Validate() error {
 		default:
 			errs = append(errs, fieldErr(f+".scheme", "%q is not one of http, https, h2c", ep.Scheme))
 		}
+		if apart != nil && apart(i) {
+			continue
+		}
 		hp := ep.HostPort()
 		if j, dup := seen[hp]; dup {
 			errs = append(errs, fieldErr(f, "duplicates endpoints[%d] (%s)", j, hp))
@@ -314,7 +325,7 @@ func (c *Cluster) Validate() error {
 	if _, err := authz.ParseReaders(c.Readers); err != nil {
 		errs = append(errs, &FieldError{Field: "readers", Err: err})
 	}
-	errs = append(errs, ringKeyClashes(c.Endpoints)...)
+	errs = append(errs, ringKeyClashes(c.Endpoints, apart)...)
 	return errors.Join(errs...)
 }
 
@@ -323,11 +334,14 @@ func (c *Cluster) Validate() error {
 // would share ring positions, which no data plane resolves the same way;
 // that includes a hash_key spelled like another endpoint's address. Two
 // endpoints with one address and no hash_key are reported as duplicates
-// instead.
-func ringKeyClashes(eps []Endpoint) []error {
+// instead. Endpoints for which apart is true are left out.
+func ringKeyClashes(eps []Endpoint, apart func(i int) bool) []error {
 	var errs []error
 	owner := make(map[string]int, len(eps))
 	for i, ep := range eps {
+		if apart != nil && apart(i) {
+			continue
+		}
 		key := ep.RingKey()
 		j, dup := owner[key]
 		switch {

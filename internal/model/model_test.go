@@ -188,3 +188,46 @@ func TestNormalizeCanonicalisesAddresses(t *testing.T) {
 		t.Fatalf("Normalize = %v, want a duplicate of endpoints[0]", err)
 	}
 }
+
+// An endpoint kept apart is checked on its own fields but compared with no
+// other: a source that could not read its port must not report it as a
+// duplicate of another endpoint at port 0.
+func TestValidateApartChecksOwnFieldsOnly(t *testing.T) {
+	c := Cluster{Name: "a", Endpoints: []Endpoint{
+		{Address: "10.0.0.1"},               // port unread, so 0
+		{Address: "10.0.0.1"},               // the same
+		{Address: "10.0.0.2", Port: 80},     // clean
+		{Address: "bad", Port: 80},          // apart, yet its address is checked
+		{Address: "10.0.0.3", HashKey: "k"}, // apart: hash_key clashes are not reported
+		{Address: "10.0.0.4", Port: 80, HashKey: "k"},
+	}}
+	c.ApplyDefaults()
+	apart := map[int]bool{0: true, 1: true, 3: true, 4: true}
+	var fields []string
+	for _, e := range errorsOf(c.ValidateApart(func(i int) bool { return apart[i] })) {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	want := []string{"endpoints[0].port", "endpoints[1].port", "endpoints[3].address", "endpoints[4].port"}
+	if !slices.Equal(fields, want) {
+		t.Errorf("errors at %q, want %q", fields, want)
+	}
+	// Without apart the same cluster has the duplicate and the clash too.
+	all := errorsOf(c.Validate())
+	if len(all) != len(want)+2 {
+		t.Errorf("Validate found %d problems, want %d: %v", len(all), len(want)+2, all)
+	}
+}
+
+func errorsOf(err error) []error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		return u.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}

@@ -103,9 +103,10 @@ func FileErrors(err error) []*FileError {
 func ParseFile(path string, data []byte) (model.State, error) {
 	p := &fileParser{path: path, lines: fileLineCount(data)}
 	state, locs := p.parse(data)
-	if p.found == 0 {
-		p.validate(&state, locs)
-	}
+	// The model's checks run on whatever parsed, beside the problems of
+	// what did not: an operator fixing a file sees everything to fix at
+	// once, not one layer of problems per attempt.
+	p.validate(&state, locs)
 	if p.found > 0 {
 		return model.State{}, p.err()
 	}
@@ -131,6 +132,9 @@ type fileParser struct {
 	// lines is the file's line count as the YAML parser counts lines;
 	// no problem is placed past it.
 	lines int
+	// cur is the cluster being walked, whose refused fields errorf
+	// records; nil outside the walk of a cluster.
+	cur *fileClusterLocs
 }
 
 // fileMaxProblems is how many problems one file reports. A generated file
@@ -141,11 +145,81 @@ const fileMaxProblems = 100
 
 // fileClusterLocs remembers, for one cluster, the node of every field by its
 // model path ("endpoints[2].port"), so that model.FieldError paths can be
-// mapped back to lines.
+// mapped back to lines, and what the parse could not read.
 type fileClusterLocs struct {
 	index int
-	node  *yaml.Node
-	nodes map[string]*yaml.Node
+	// prefix is the cluster's path in the file, "clusters[index]".
+	prefix string
+	node   *yaml.Node
+	nodes  map[string]*yaml.Node
+	// refused holds the model paths whose value was refused and so left
+	// at zero, as if omitted: "" for the whole cluster, "lb_policy",
+	// "endpoints[2].port". The model's checks of those fields would only
+	// repeat the problem, wrongly (see hides). Nil when nothing was.
+	refused map[string]bool
+	// around holds the paths that enclose a refused one ("endpoints[2]",
+	// "endpoints"), so that hides costs the depth of a path, not the
+	// number of refused values.
+	around map[string]bool
+}
+
+// hides reports whether a model error at field (a model path) would follow
+// from a refused value rather than from the file: the refused field itself,
+// a field inside or around it, or a check that reads it. A refused port is
+// left at 0, which the model calls out of range; a refused lb_policy leaves
+// ring_hash, for which any table_size is wrong; a refused
+// maximum_ring_size leaves the default, which fade_in.capacity may exceed.
+func (l *fileClusterLocs) hides(field string) bool {
+	switch {
+	case l.refused == nil:
+		return false
+	case field == "table_size" && l.refused["lb_policy"],
+		field == "fade_in.capacity" && l.refused["maximum_ring_size"],
+		l.around[field]:
+		return true
+	}
+	for f := field; ; f = fileFieldParent(f) {
+		if l.refused[f] {
+			return true
+		}
+		if f == "" {
+			return false
+		}
+	}
+}
+
+// apart returns the endpoints whose identity (address, port or hash_key)
+// was refused, by index: they are checked on their own fields only, since
+// one read without its port would be compared as port 0. Nil when none
+// was.
+func (l *fileClusterLocs) apart() map[int]bool {
+	var out map[int]bool
+	for r := range l.refused {
+		rest, ok := strings.CutPrefix(r, "endpoints[")
+		if !ok {
+			continue
+		}
+		num, field, ok := strings.Cut(rest, "]")
+		j, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			continue
+		}
+		switch field {
+		case "", ".address", ".port", ".hash_key":
+			if out == nil {
+				out = map[int]bool{}
+			}
+			out[j] = true
+		}
+	}
+	return out
+}
+
+// fileFieldParent is the path enclosing a model path: "endpoints[2]" for
+// "endpoints[2].port", "endpoints" for "endpoints[2]", "" (the whole
+// cluster) for "endpoints".
+func fileFieldParent(field string) string {
+	return field[:max(strings.LastIndexByte(field, '.'), strings.LastIndexByte(field, '['), 0)]
 }
 
 // fileYAMLParserProblem reports the messages of yaml/v3's parser (parserc.go),
@@ -213,7 +287,18 @@ func (p *fileParser) keepFirst() {
 	}
 }
 
+// errorf reports a problem with the value of field, at node n. In the
+// walk of a cluster the value is refused: the field is recorded so that
+// the model's checks leave it out.
 func (p *fileParser) errorf(n *yaml.Node, field, cluster, format string, args ...any) {
+	p.report(n, field, cluster, format, args...)
+	p.refuse(field)
+}
+
+// report records a problem at node n without refusing field's value: for
+// a problem with a key, whose value is read (a key given twice) or was
+// never there (an unknown one).
+func (p *fileParser) report(n *yaml.Node, field, cluster, format string, args ...any) {
 	fe := &FileError{Path: p.path, Field: field, Cluster: cluster, Err: fmt.Errorf(format, args...)}
 	if n != nil {
 		fe.Line, fe.Column = n.Line, n.Column
@@ -244,6 +329,31 @@ func fileLineCount(data []byte) int {
 		}
 	}
 	return n
+}
+
+// refuse records field, a path in the file, as refused in the cluster
+// being walked.
+func (p *fileParser) refuse(field string) {
+	l := p.cur
+	if l == nil {
+		return
+	}
+	var rel string
+	switch {
+	case field == l.prefix:
+	case strings.HasPrefix(field, l.prefix+"."):
+		rel = field[len(l.prefix)+1:]
+	default:
+		return
+	}
+	if l.refused == nil {
+		l.refused, l.around = map[string]bool{}, map[string]bool{}
+	}
+	l.refused[rel] = true
+	for f := rel; f != ""; {
+		f = fileFieldParent(f)
+		l.around[f] = true
+	}
 }
 
 func (p *fileParser) syntaxError(err error, data []byte) {
@@ -338,7 +448,9 @@ func fileEndpointFields() []string {
 
 func (p *fileParser) cluster(i int, n *yaml.Node) (model.Cluster, fileClusterLocs) {
 	prefix := fmt.Sprintf("clusters[%d]", i)
-	locs := fileClusterLocs{index: i, node: n, nodes: map[string]*yaml.Node{}}
+	locs := fileClusterLocs{index: i, prefix: prefix, node: n, nodes: map[string]*yaml.Node{}}
+	p.cur = &locs
+	defer func() { p.cur = nil }()
 	var c model.Cluster
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, prefix, "", "want a cluster mapping, got %s", fileDescribe(n))
@@ -467,32 +579,41 @@ func (p *fileParser) endpoint(n *yaml.Node, field, rel, cluster string, locs *fi
 // of "key:" with nothing after it.
 func (p *fileParser) mapping(n *yaml.Node, prefix, cluster string, known []string, fn func(key string, k, v *yaml.Node)) {
 	seen := map[string]*yaml.Node{}
+	// meant holds the fields that unknown ones were likely meant as.
+	var meant []string
+	defer func() {
+		// A field meant but not given is missing for the model only
+		// because of the typo, which was reported: not again as missing.
+		for _, f := range meant {
+			if seen[f] == nil {
+				p.refuse(fileJoinField(prefix, f))
+			}
+		}
+	}()
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], fileResolve(n.Content[i+1])
-		field := k.Value
-		if prefix != "" {
-			field = prefix + "." + k.Value
-		}
+		field := fileJoinField(prefix, k.Value)
 		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, prefix, cluster, "a field name must be a plain string, not %s", fileDescribe(k))
+			p.report(k, prefix, cluster, "a field name must be a plain string, not %s", fileDescribe(k))
 			continue
 		}
 		if k.ShortTag() == "!!merge" {
-			p.errorf(k, prefix, cluster, "YAML merge keys (<<) are not supported; write the fields out")
+			p.report(k, prefix, cluster, "YAML merge keys (<<) are not supported; write the fields out")
 			continue
 		}
 		if !slices.Contains(known, k.Value) {
 			msg := fmt.Sprintf("unknown field %q", k.Value)
 			if s := fileSuggest(k.Value, known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
+				meant = append(meant, s)
 			} else {
 				msg += fmt.Sprintf(" (known fields: %s)", strings.Join(known, ", "))
 			}
-			p.errorf(k, field, cluster, "%s", msg)
+			p.report(k, field, cluster, "%s", msg)
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			p.errorf(k, field, cluster, "given twice (first on line %d)", first.Line)
+			p.report(k, field, cluster, "given twice (first on line %d)", first.Line)
 			continue
 		}
 		seen[k.Value] = k
@@ -501,6 +622,14 @@ func (p *fileParser) mapping(n *yaml.Node, prefix, cluster string, known []strin
 		}
 		fn(k.Value, k, v)
 	}
+}
+
+// fileJoinField is the path of field key in the mapping at prefix.
+func fileJoinField(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
 }
 
 func (p *fileParser) str(v *yaml.Node, field, cluster string, allowEmpty bool) (string, bool) {
@@ -583,44 +712,58 @@ func (p *fileParser) duration(v *yaml.Node, field, cluster string) (time.Duratio
 	return d, true
 }
 
-// validate applies the model's defaults and checks to each cluster and maps
-// every model.FieldError back to the node it came from.
+// validate applies the model's defaults and checks to each cluster, leaving
+// out what the parse refused, and maps every model.FieldError back to the
+// node it came from.
 func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
 	names := map[string]*yaml.Node{}
 	for i := range s.Clusters {
-		c, l := &s.Clusters[i], locs[i]
-		prefix := fmt.Sprintf("clusters[%d]", l.index)
-		// The addresses as written, before ApplyDefaults canonicalises
-		// them, so that errors quote what the file says.
-		written := make([]string, len(c.Endpoints))
-		for j, ep := range c.Endpoints {
-			written[j] = ep.Address
+		c, l := &s.Clusters[i], &locs[i]
+		if l.refused[""] {
+			// Not a mapping: there is nothing of it to check.
+			continue
 		}
-		c.ApplyDefaults()
-		reported := p.addresses(c, written, l, prefix)
-		if err := c.Validate(); err != nil {
-			for _, e := range fileLeafErrors(err) {
-				var fe *model.FieldError
-				if !errors.As(e, &fe) {
-					p.errorf(l.node, prefix, c.Name, "%w", e)
-					continue
-				}
-				if reported[fe.Field] {
-					// addresses said it already, in the file's terms.
-					continue
-				}
-				p.errorf(l.lookup(fe.Field), prefix+"."+fe.Field, c.Name, "%w", fe.Err)
-			}
-		}
+		p.check(c, l)
 		if c.Name == "" {
 			continue
 		}
 		at := l.lookup("name")
 		if first, dup := names[c.Name]; dup {
-			p.errorf(at, prefix+".name", c.Name, "cluster name %q is already used on line %d", c.Name, first.Line)
+			p.errorf(at, l.prefix+".name", c.Name, "cluster name %q is already used on line %d", c.Name, first.Line)
 			continue
 		}
 		names[c.Name] = at
+	}
+}
+
+// check applies the model's defaults and checks to one cluster, as parsed
+// with locations l.
+func (p *fileParser) check(c *model.Cluster, l *fileClusterLocs) {
+	// The addresses as written, before ApplyDefaults canonicalises
+	// them, so that errors quote what the file says.
+	written := make([]string, len(c.Endpoints))
+	for j, ep := range c.Endpoints {
+		written[j] = ep.Address
+	}
+	c.ApplyDefaults()
+	apart := l.apart()
+	reported := p.addresses(c, written, l, apart)
+	var isApart func(int) bool
+	if apart != nil {
+		isApart = func(i int) bool { return apart[i] }
+	}
+	for _, e := range fileLeafErrors(c.ValidateApart(isApart)) {
+		var fe *model.FieldError
+		if !errors.As(e, &fe) {
+			p.errorf(l.node, l.prefix, c.Name, "%w", e)
+			continue
+		}
+		if reported[fe.Field] || l.hides(fe.Field) {
+			// addresses said it already, in the file's terms, or the
+			// parse did.
+			continue
+		}
+		p.errorf(l.lookup(fe.Field), l.prefix+"."+fe.Field, c.Name, "%w", fe.Err)
 	}
 }
 
@@ -635,8 +778,9 @@ func (p *fileParser) validate(s *model.State, locs []fileClusterLocs) {
 // FD00:0:0::0001 are one endpoint, so listing both is a duplicate. An
 // IPv4-mapped address (::ffff:10.0.0.1) is refused rather than rewritten:
 // it reaches the same pod as 10.0.0.1 under another ring key, so the file
-// must say which is meant.
-func (p *fileParser) addresses(c *model.Cluster, written []string, l fileClusterLocs, prefix string) map[string]bool {
+// must say which is meant. The endpoints in apart are not compared.
+func (p *fileParser) addresses(c *model.Cluster, written []string, l *fileClusterLocs, apart map[int]bool) map[string]bool {
+	prefix := l.prefix
 	reported := map[string]bool{}
 	type hostPort struct {
 		addr netip.Addr
@@ -665,6 +809,9 @@ func (p *fileParser) addresses(c *model.Cluster, written []string, l fileCluster
 			continue
 		case addr.Is4In6():
 			addressError(j, "%q is an IPv4-mapped IPv6 address: write it as %s, since the two spellings reach one pod under two different ring keys", written[j], addr.Unmap())
+			continue
+		}
+		if apart[j] {
 			continue
 		}
 		key := hostPort{addr, ep.Port}
@@ -724,7 +871,7 @@ func fileDNSName(a string) bool {
 // lookup finds the node for a model field path, falling back to the nearest
 // enclosing node the file does have: a field that was omitted is reported
 // at its parent.
-func (l fileClusterLocs) lookup(path string) *yaml.Node {
+func (l *fileClusterLocs) lookup(path string) *yaml.Node {
 	for path != "" {
 		if n, ok := l.nodes[path]; ok {
 			return n
@@ -739,6 +886,9 @@ func (l fileClusterLocs) lookup(path string) *yaml.Node {
 }
 
 func fileLeafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
 	if u, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range u.Unwrap() {

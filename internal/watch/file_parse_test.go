@@ -240,10 +240,9 @@ func TestFileParseReportsEveryProblemInLineOrder(t *testing.T) {
 	for _, fe := range fes {
 		got = append(got, strconv.Itoa(fe.Line)+" "+fe.Field)
 	}
-	// Line 6 fails in parsing (an explicit zero), so the model checks of
-	// lines 4 and 9 never run: parse errors are reported alone, as later
-	// checks would only repeat them.
-	want := []string{"6 clusters[0].endpoints[0].port"}
+	// Line 6 fails in parsing (an explicit zero); the model's checks of
+	// the rest still run and find lines 4 and 9.
+	want := []string{"4 clusters[0].table_size", "6 clusters[0].endpoints[0].port", "9 clusters[1].endpoints[0].address"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("problems %q, want %q (err: %v)", got, want, err)
 	}

@@ -2,7 +2,9 @@ package watch_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,5 +84,152 @@ func TestFileSourceLogsAndListsAHundredProblemsAndCountsThemAll(t *testing.T) {
 	}
 	if n := r.metric(t, "ringxds_source_problems", ""); n != 5000 {
 		t.Errorf("problems gauge = %v, want all 5000, listed or not", n)
+	}
+}
+
+// fileProblems renders the problems of a file as "line field: message".
+func fileProblems(t *testing.T, data string) []string {
+	t.Helper()
+	_, err := watch.ParseFile("f.yaml", []byte(data))
+	var out []string
+	for _, fe := range watch.FileErrors(err) {
+		out = append(out, fmt.Sprintf("%d %s: %v", fe.Line, fe.Field, fe.Err))
+	}
+	return out
+}
+
+// A value the parse refuses must not hide the model's checks of the rest
+// of the file: one weight of 0 once hid the six other mistakes below.
+func TestFileModelChecksRunBesideParseProblems(t *testing.T) {
+	const file = `clusters:
+  - name: products
+    hash_header: X-Product-Id
+    endpoints:
+      - {address: 10.0.0.1, port: 80, weight: 0}
+      - {address: 10.0.0.1, port: 80}
+      - {address: 10.0.0.01, port: 80}
+      - {address: 10.0.0.2, port: 70000}
+  - name: inventory
+    lb_policy: maglev
+    table_size: 1000
+    endpoints: [{address: 10.0.1.1, port: 80}]
+  - name: products
+    endpoints: [{address: 10.0.2.1, port: 80}]
+`
+	got := fileProblems(t, file)
+	want := []string{
+		`3 clusters[0].hash_header: "X-Product-Id" is not a valid lower-case HTTP header name: write "x-product-id"`,
+		`5 clusters[0].endpoints[0].weight: must be at least 1; omit the field to use the default`,
+		`6 clusters[0].endpoints[1]: duplicates endpoints[0] (10.0.0.1:80) on line 5`,
+		`7 clusters[0].endpoints[2].address: "10.0.0.01" is not an IPv4 or IPv6 address`,
+		`8 clusters[0].endpoints[3].port: 70000 is outside 1..65535`,
+		`11 clusters[1].table_size: 1000 must be a prime no larger than 5000011: 997 or 1009?`,
+		`13 clusters[2].name: cluster name "products" is already used on line 2`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// What the parse refused is left out of the model's checks, which would
+// see it as omitted (zero) and report a problem the file does not have.
+func TestFileRefusedValuesAreNotCheckedAgain(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string
+	}{
+		{"refused ports are not duplicates", "    endpoints:\n      - {address: 10.0.0.1, port: -3}\n      - {address: 10.0.0.1, port: http}\n",
+			[]string{"4 clusters[0].endpoints[0].port", "5 clusters[0].endpoints[1].port"}},
+		{"a refused hash_key is not the ring key", "    endpoints:\n      - {address: 10.0.0.1, port: 80, hash_key: 5}\n      - {address: 10.0.0.2, port: 80, hash_key: \"10.0.0.1:80\"}\n",
+			[]string{"4 clusters[0].endpoints[0].hash_key"}},
+		{"a refused address is not empty", "    endpoints: [{address: 10, port: 80}]\n",
+			[]string{"3 clusters[0].endpoints[0].address"}},
+		{"an endpoint that is not a mapping has no fields", "    endpoints: [10.0.0.1]\n",
+			[]string{"3 clusters[0].endpoints[0]"}},
+		{"a misspelt port is not missing", "    endpoints: [{address: 10.0.0.1, prot: 80}]\n",
+			[]string{"3 clusters[0].endpoints[0].prot"}},
+		{"a misspelt endpoints is not empty", "    endpoint: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"3 clusters[0].endpoint"}},
+		{"endpoints that are not a list are not empty", "    endpoints: {address: 10.0.0.1, port: 80}\n",
+			[]string{"3 clusters[0].endpoints"}},
+		{"a refused name is not empty", "  - name: 5\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"2 clusters[0].name"}},
+		{"a refused policy does not judge the table size", "    lb_policy: round_robin\n    table_size: 65537\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"3 clusters[0].lb_policy"}},
+		{"a misspelt policy does not judge the table size", "    lb_polcy: maglev\n    table_size: 65537\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"3 clusters[0].lb_polcy"}},
+		{"a refused maximum ring size does not bound the capacity", "    maximum_ring_size: -1\n    fade_in: {capacity: 5000}\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"3 clusters[0].maximum_ring_size"}},
+		{"a refused reader hides the list's checks", "    readers: [5, Bad_Name]\n    endpoints: [{address: 10.0.0.1, port: 80}]\n",
+			[]string{"3 clusters[0].readers[0]"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := "clusters:\n"
+			if !strings.HasPrefix(tc.body, "  - ") {
+				file += "  - name: a\n"
+			}
+			file += tc.body
+			var got []string
+			for _, p := range fileProblems(t, file) {
+				got = append(got, p[:strings.Index(p, ":")])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("problems at %q, want %q: %q", got, tc.want, fileProblems(t, file))
+			}
+		})
+	}
+}
+
+// Only what the parse refused is left out: the rest of the same endpoint
+// and cluster is still checked.
+func TestFileRefusedValuesLeaveTheRestChecked(t *testing.T) {
+	const file = `clusters:
+  - name: a
+    maximum_ring_size: 0
+    minimum_ring_size: 99999999
+    endpoints:
+      - {address: 10.0.0.01, port: 80, weight: 0}
+      - {address: 10.0.0.1, port: 70000, prot: 80}
+`
+	var got []string
+	for _, p := range fileProblems(t, file) {
+		got = append(got, p[:strings.Index(p, ":")])
+	}
+	want := []string{
+		"3 clusters[0].maximum_ring_size", "4 clusters[0].minimum_ring_size",
+		"6 clusters[0].endpoints[0].address", "6 clusters[0].endpoints[0].weight",
+		"7 clusters[0].endpoints[1].port", "7 clusters[0].endpoints[1].prot",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems at %q, want %q: %q", got, want, fileProblems(t, file))
+	}
+}
+
+// TestFileDocErrorSample parses the file shown under "Errors" in
+// docs/file-source.md and expects exactly the output shown after it, so
+// that the sample can only show what the parser does.
+func TestFileDocErrorSample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/file-source.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Errors\n")
+	if !ok {
+		t.Fatal(`docs/file-source.md has no "## Errors" section`)
+	}
+	_, rest, ok := strings.Cut(section, "```yaml\n")
+	input, rest, ok2 := strings.Cut(rest, "```\n")
+	_, rest, ok3 := strings.Cut(rest, "```\n")
+	output, _, ok4 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 || !ok3 || !ok4 {
+		t.Fatal(`the "Errors" section lacks a YAML block followed by an output block`)
+	}
+	_, err = watch.ParseFile("/etc/ringxds/endpoints.yaml", []byte(input))
+	if err == nil {
+		t.Fatal("the sample file is accepted")
+	}
+	if got := err.Error() + "\n"; got != output {
+		t.Errorf("the sample file is reported as\n%s\nnot as the doc says:\n%s", got, output)
 	}
 }

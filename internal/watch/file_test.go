@@ -423,7 +423,7 @@ func TestFileLoadRefusesAnInvalidOrMissingFile(t *testing.T) {
 		t.Errorf("Load of a missing file: %v, want a does-not-exist error", err)
 	}
 
-	fileWrite(t, path, "clusters:\n  - name: products\n    lb_polcy: maglev\n")
+	fileWrite(t, path, "clusters:\n  - name: products\n    lb_polcy: maglev\n    endpoints: [{address: 10.0.0.1, port: 80}]\n")
 	_, err = src.Load()
 	if err == nil || !strings.HasPrefix(err.Error(), path+":3:5: clusters[0].lb_polcy") {
 		t.Errorf("Load of an invalid file: %v, want an error at %s:3:5", err, path)
