@@ -13,6 +13,7 @@ TESTBIN   := $(CURDIR)/.testbin
 # one target of one package per run.
 FUZZ_TARGETS := \
 	FuzzParseFile:./internal/watch \
+	FuzzParseFileItems:./internal/watch \
 	FuzzKubeAnnotations:./internal/watch \
 	FuzzKubeEndpoints:./internal/watch \
 	FuzzDebugQuery:./internal/debug \

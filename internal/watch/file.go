@@ -111,6 +111,9 @@ type FileSource struct {
 	cpu      prometheus.Counter
 	reloads  *prometheus.CounterVec
 	problems prometheus.Gauge
+	// items keeps the clusters of the last file read, so that a reload
+	// parses only the clusters that changed.
+	items fileItems
 
 	mu sync.Mutex
 	// good is the last valid state, FirstSeen assigned; nil until the first
@@ -475,7 +478,7 @@ func (s *FileSource) apply(at time.Time, data []byte, err error) (model.State, e
 	defer measureCPU(s.cpu)()
 	var st model.State
 	if err == nil {
-		st, err = ParseFile(s.name, data)
+		st, err = s.items.parse(s.name, data)
 	}
 
 	s.mu.Lock()
@@ -635,26 +638,48 @@ func (s *FileSource) setProblems(err error, at time.Time) {
 func fileAssignFirstSeen(st *model.State, prev model.State, at time.Time) {
 	for ci := range st.Clusters {
 		c := &st.Clusters[ci]
-		old := map[string]time.Time{}
 		pc, ok := prev.Cluster(c.Name)
-		if ok {
-			for _, ep := range pc.Endpoints {
-				old[ep.HostPort()] = ep.FirstSeen
+		if !ok {
+			for ei := range c.Endpoints {
+				c.Endpoints[ei].FirstSeen = at
 			}
+			continue
 		}
+		// Most endpoints of most clusters keep their place from one
+		// version of a file to the next, and are matched there; the map
+		// of the others is built only when one is not.
+		var old map[fileHostPort]time.Time
 		for ei := range c.Endpoints {
 			ep := &c.Endpoints[ei]
-			if seen, ok := old[ep.HostPort()]; ok {
+			if ei < len(pc.Endpoints) && fileSameHostPort(ep, &pc.Endpoints[ei]) {
+				ep.FirstSeen = pc.Endpoints[ei].FirstSeen
+				continue
+			}
+			if old == nil {
+				old = make(map[fileHostPort]time.Time, len(pc.Endpoints))
+				for _, p := range pc.Endpoints {
+					old[fileHostPort{p.Address, p.Port}] = p.FirstSeen
+				}
+			}
+			if seen, ok := old[fileHostPort{ep.Address, ep.Port}]; ok {
 				ep.FirstSeen = seen
 			} else {
 				ep.FirstSeen = at
 			}
 		}
-		if ok {
-			fileTrackDepartures(c, pc, at)
-		}
+		fileTrackDepartures(c, pc, at)
 	}
 }
+
+// fileHostPort is an endpoint's identity across reloads: its host:port,
+// kept as the pair it is built from, since the file's addresses are
+// canonical and the strings need not be built.
+type fileHostPort struct {
+	address string
+	port    uint32
+}
+
+func fileSameHostPort(a, b *model.Endpoint) bool { return a.Address == b.Address && a.Port == b.Port }
 
 // fileTrackDepartures sets c.Departed from the previous version of the
 // cluster, prev, for a reload at time at. The fade-in plan replays the ring
@@ -693,12 +718,12 @@ func fileTrackDepartures(c, prev *model.Cluster, at time.Time) {
 	if prevFading {
 		c.Departed = slices.Clone(prev.Departed)
 	}
-	stay := make(map[string]bool, len(c.Endpoints))
+	stay := make(map[fileHostPort]bool, len(c.Endpoints))
 	for _, ep := range c.Endpoints {
-		stay[ep.HostPort()] = true
+		stay[fileHostPort{ep.Address, ep.Port}] = true
 	}
 	for _, ep := range prev.Endpoints {
-		if !stay[ep.HostPort()] {
+		if !stay[fileHostPort{ep.Address, ep.Port}] {
 			c.Departed = append(c.Departed, model.Departure{Endpoint: ep, Gone: at})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -268,4 +269,56 @@ func checkAcceptedFile(t *testing.T, path string, state model.State) {
 			t.Fatalf("an accepted file cannot be published: %v", err)
 		}
 	}
+}
+
+// fileItemSeeds are pairs of versions of a file, the second a change of
+// the first, in the layouts the item-by-item parse reads and in the ones
+// it must leave to ParseFile.
+func fileItemSeeds() [][2]string {
+	const a = "  - name: a\n    endpoints:\n      - {address: 10.0.0.1, port: 80}\n"
+	const b = "  - name: b\n    lb_policy: maglev\n    endpoints:\n      - address: 10.0.0.2\n        port: 81\n"
+	const c = "  - name: c\n    fade_in: {duration: 5s}\n    endpoints: [{address: \"fd00::1\", port: 82, zone: z}]\n"
+	example := string(examples.DefaultEndpoints)
+	return [][2]string{
+		{"clusters:\n" + a + b + c, "clusters:\n" + a + strings.Replace(b, "81", "91", 1) + c},
+		{"# written by a tool\nclusters:   # all of them\n" + a + "\n# b next\n" + b, "# written by a tool\nclusters:\n" + b + a},
+		{example, strings.Replace(example, "port: 9103", "port: 9104", 1)},
+		{example, strings.Replace(example, "- name: inventory", "- name: products", 1)},
+		{"clusters:\n- name: a\n  endpoints: [{address: 10.0.0.1, port: 80}]\n- name: b\n  endpoints: [{address: 10.0.0.2, port: 80}]\n",
+			"clusters:\n- name: a\n  endpoints: [{address: 10.0.0.1, port: 80}]\n- name: b\n  endpoints: [{address: 10.0.0.2, port: 0}]\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + a},
+		{"clusters:\n" + a + b, "clusters:\n" + a + "  - name: \"b\n  - c\"\n    endpoints: [{address: 10.0.0.2, port: 80}]\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + "  - {name: b, endpoints: [\n  - {address: 10.0.0.2, port: 80}]}\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + "  - name: b\n    hash_key: |\n      x\n\n  - name: c\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + "  - &b\n    name: b\n    endpoints: [{address: 10.0.0.2, port: 80}]\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + b + "other: 1\n"},
+		{"clusters:\n" + a + b, "clusters:\n" + a + b + "---\nclusters: []\n"},
+		{"clusters:\n" + a + b, "clusters:\r\n" + strings.ReplaceAll(a+b, "\n", "\r\n")},
+		{"clusters:\n" + a, `{"clusters": [{"name": "a", "endpoints": [{"address": "10.0.0.1", "port": 80}]}]}`},
+	}
+}
+
+// FuzzParseFileItems parses a file item by item after a previous version
+// of it, as FileSource does on a reload, and requires exactly what
+// ParseFile gives: the same state, or the same problems at the same
+// places. The previous version decides only what is reused.
+func FuzzParseFileItems(f *testing.F) {
+	for _, s := range fileItemSeeds() {
+		f.Add([]byte(s[0]), []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, prev, data []byte) {
+		const path = "endpoints.yaml"
+		var items fileItems
+		_, _ = items.parse(path, prev)
+		want, wantErr := ParseFile(path, data)
+		for _, round := range []string{"after the previous version", "after itself"} {
+			got, err := items.parse(path, data)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("%s, item by item:\n%v\nParseFile:\n%v", round, err, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, item by item:\n%+v\nParseFile:\n%+v", round, got, want)
+			}
+		}
+	})
 }
