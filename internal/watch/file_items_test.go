@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/ringxds/ringxds/examples"
 )
 
@@ -143,5 +145,25 @@ func TestFileSourceReparsesOnlyChangedClusters(t *testing.T) {
 	}
 	if third := load("clusters:\n" + a + b2); third[a] != first[a] || third[b2] != second[b2] {
 		t.Errorf("after an invalid version the items were parsed again")
+	}
+}
+
+// fileSmallDecimal reads the integers of a file, and only where YAML
+// reads them the same way.
+func TestFileSmallDecimalAgreesWithYAML(t *testing.T) {
+	for _, s := range []string{"1", "80", "65535", "4294967296", "999999999999999999", "9999999999999999999",
+		"0", "00", "01", "0123", "1_000", "+1", "-1", "0x10", "0o7", "0b1", "1e3", "1.0", "12a", ""} {
+		var want int64
+		yamlErr := yaml.Unmarshal([]byte("!!int "+s), &want)
+		got, ok := fileSmallDecimal(s)
+		if ok && (yamlErr != nil || got != want) {
+			t.Errorf("fileSmallDecimal(%q) = %d; YAML reads %d, %v", s, got, want, yamlErr)
+		}
+	}
+	// The values of every file are read without a decoder.
+	for _, s := range []string{"1", "80", "65535", "5000011"} {
+		if _, ok := fileSmallDecimal(s); !ok {
+			t.Errorf("fileSmallDecimal(%q) leaves it to Decode", s)
+		}
 	}
 }

@@ -655,14 +655,16 @@ func (p *fileParser) positive(v *yaml.Node, field, cluster string, limit uint64)
 		p.errorf(v, field, cluster, "want a positive integer, got %s", fileDescribe(v))
 		return 0, false
 	}
-	var i int64
-	if err := v.Decode(&i); err != nil {
-		var u uint64
-		if err := v.Decode(&u); err != nil || u > limit {
-			p.errorf(v, field, cluster, "%s is too large (at most %d)", v.Value, limit)
-			return 0, false
+	i, ok := fileSmallDecimal(v.Value)
+	if !ok {
+		if err := v.Decode(&i); err != nil {
+			var u uint64
+			if err := v.Decode(&u); err != nil || u > limit {
+				p.errorf(v, field, cluster, "%s is too large (at most %d)", v.Value, limit)
+				return 0, false
+			}
+			return u, true
 		}
-		return u, true
 	}
 	switch {
 	case i < 0:
@@ -676,6 +678,25 @@ func (p *fileParser) positive(v *yaml.Node, field, cluster string, limit uint64)
 		return 0, false
 	}
 	return uint64(i), true
+}
+
+// fileSmallDecimal reads the integers files are made of (ports, weights,
+// sizes) without yaml.Node.Decode, which sets up a decoder for each
+// value: plain decimals with no sign, leading zero or underscore, short
+// enough not to overflow. Anything else, which YAML may read otherwise
+// (0123 is octal, 1_000 is 1000), is left to Decode.
+func fileSmallDecimal(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 18 || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, true
 }
 
 func (p *fileParser) float(v *yaml.Node, field, cluster string) (float64, bool) {
