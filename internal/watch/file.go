@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -510,10 +511,9 @@ func (s *FileSource) apply(at time.Time, data []byte, err error) (model.State, e
 	if s.good != nil {
 		fileAssignFirstSeen(&st, *s.good, at)
 	}
-	changed := s.good == nil || !fileStatesEqual(*s.good, st)
 	// The published State shares nothing with the one kept for FirstSeen,
 	// so whatever a consumer does with it cannot alter later reloads.
-	good := fileCloneState(st)
+	good, changed := fileKeepState(st, s.good)
 	s.good, s.goodSum = &good, xxhash.Sum64(data)
 	if s.path == "" {
 		s.log.Info("embedded endpoints loaded; they are part of the binary and not watched", zap.Int("clusters", len(st.Clusters)))
@@ -552,11 +552,14 @@ func (s *FileSource) read() ([]byte, error) {
 		return nil, &FileError{Path: s.name, Err: fileTooLarge(info.Size(), s.maxSize)}
 	}
 	// The size may have grown since Stat: read one byte more than the
-	// limit to tell, never more.
-	data, err := io.ReadAll(io.LimitReader(f, s.maxSize+1))
-	if err != nil {
+	// limit to tell, never more. The buffer is sized from Stat, with room
+	// to see the end, so that a large file is not copied as it grows.
+	var buf bytes.Buffer
+	buf.Grow(int(info.Size()) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.LimitReader(f, s.maxSize+1)); err != nil {
 		return nil, &FileError{Path: s.name, Err: fmt.Errorf("cannot read the file: %w", err)}
 	}
+	data := buf.Bytes()
 	if int64(len(data)) > s.maxSize {
 		return nil, &FileError{Path: s.name, Err: fmt.Errorf("the file grew past the limit of %s while being read", fileBytes(s.maxSize))}
 	}
@@ -736,6 +739,27 @@ func fileCloneState(st model.State) model.State {
 		st.Clusters[i] = st.Clusters[i].Clone()
 	}
 	return st
+}
+
+// fileKeepState returns a copy of st that shares nothing with it, to keep
+// as the good state after prev (nil for none), and whether st differs
+// from prev. A cluster equal to prev's is taken from prev rather than
+// copied again: a kept state is never changed, and most clusters are the
+// same from one reload to the next.
+func fileKeepState(st model.State, prev *model.State) (kept model.State, changed bool) {
+	kept = st
+	kept.Clusters = make([]model.Cluster, len(st.Clusters))
+	changed = prev == nil || len(prev.Clusters) != len(st.Clusters)
+	for i := range st.Clusters {
+		c := &st.Clusters[i]
+		if prev != nil && i < len(prev.Clusters) && prev.Clusters[i].Equal(c) {
+			kept.Clusters[i] = prev.Clusters[i]
+			continue
+		}
+		changed = true
+		kept.Clusters[i] = c.Clone()
+	}
+	return kept, changed
 }
 
 // fileStatesEqual compares the clusters of two states, ignoring ChangedAt,

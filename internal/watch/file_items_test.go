@@ -7,10 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringxds/ringxds/examples"
+	"github.com/ringxds/ringxds/internal/model"
 )
 
 // fileItemsOf returns the items fileParseItems made of data after last,
@@ -165,5 +167,50 @@ func TestFileSmallDecimalAgreesWithYAML(t *testing.T) {
 		if _, ok := fileSmallDecimal(s); !ok {
 			t.Errorf("fileSmallDecimal(%q) leaves it to Decode", s)
 		}
+	}
+}
+
+// A state Load returns is the caller's: changing it alters neither the
+// clusters kept for the next reload nor FirstSeen.
+func TestFileSourceStatesShareNothingWithWhatItKeeps(t *testing.T) {
+	const a = "  - name: a\n    endpoints: [{address: 10.0.0.1, port: 80}, {address: 10.0.0.2, port: 80}]\n"
+	const b = "  - name: b\n    endpoints: [{address: 10.0.1.1, port: 80}]\n"
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	src, err := NewFileSource(path, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(content string) model.State {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		st, err := src.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	spoil := func(st model.State) {
+		for i := range st.Clusters {
+			for j := range st.Clusters[i].Endpoints {
+				st.Clusters[i].Endpoints[j].Port = 1
+				st.Clusters[i].Endpoints[j].FirstSeen = time.Unix(1, 0)
+			}
+		}
+	}
+	spoil(load("clusters:\n" + a + b))
+	// b changes; a is reused from the items and kept from the last state.
+	spoil(load("clusters:\n" + a + strings.Replace(b, "port: 80", "port: 81", 1)))
+	st := load("clusters:\n" + a + b)
+	// a's endpoints were there from the first load: established. b's came
+	// back with this one: new.
+	for _, ep := range st.Clusters[0].Endpoints {
+		if ep.Port != 80 || !ep.FirstSeen.IsZero() {
+			t.Errorf("cluster a has %s first seen %v, want port 80 established", ep.HostPort(), ep.FirstSeen)
+		}
+	}
+	if ep := st.Clusters[1].Endpoints[0]; ep.Port != 80 || !ep.FirstSeen.Equal(st.ChangedAt) {
+		t.Errorf("cluster b has %s first seen %v, want port 80 first seen now (%v)", ep.HostPort(), ep.FirstSeen, st.ChangedAt)
 	}
 }
