@@ -3,6 +3,7 @@ package testcp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,27 +69,8 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration, pick string
 		names[i] = fmt.Sprintf("product-%d", i)
 	}
 	sweep := func() []string { return sweepKeys(ctx, t, client, names) }
-	// agreed sweeps until every key goes where /debug/pick says the
-	// published ring sends it, outside any fade.
-	agreed := func(when string) []string {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			got, bad := sweep(), 0
-			for i, key := range names {
-				if got[i] != cp.Pick("products", key, "grpc").Endpoint {
-					bad++
-				}
-			}
-			if bad == 0 {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d/%d keys disagree with /debug/pick", when, bad, keys)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	before := agreed("before the scale-up")
+	tally := fadeTally{isNew: map[string]bool{}, seen: map[keyOn]bool{}}
+	tally.prev = agreedSweep(t, cp, names, sweep, "before the scale-up")
 
 	WriteFile(t, cp.File, yaml(old+add))
 	var start time.Time
@@ -99,37 +81,11 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration, pick string
 		}
 		return false
 	})
-	isNew := map[string]bool{}
 	for _, be := range backends[old:] {
-		isNew[be.Addr] = true
+		tally.isNew[be.Addr] = true
 	}
 
 	var m FadeMetrics
-	type pair struct {
-		key int
-		be  string
-	}
-	seen := map[pair]bool{}
-	prev := before
-	var moved, oldOld, flaps int
-	step := func(cur []string) {
-		for i, be := range cur {
-			if isNew[be] {
-				seen[pair{i, be}] = true
-			}
-			if be == prev[i] {
-				continue
-			}
-			moved++
-			switch {
-			case !isNew[prev[i]] && !isNew[be]:
-				oldOld++
-			case isNew[prev[i]] && !isNew[be]:
-				flaps++
-			}
-		}
-		prev = cur
-	}
 	for len(cp.Server.Current().Fading["products"]) > 0 {
 		if time.Since(start) > 2*fade+10*time.Second {
 			t.Fatal("the fade did not end")
@@ -148,34 +104,89 @@ func BatchFade(t *testing.T, old, add, keys int, fade time.Duration, pick string
 			m.OffPick += off
 			m.OffPickOf += of
 		}
-		step(cur)
+		tally.step(cur)
 		m.Rounds++
 		time.Sleep(50 * time.Millisecond)
 	}
-	final := agreed("after the fade")
-	step(final)
+	final := agreedSweep(t, cp, names, sweep, "after the fade")
+	tally.step(final)
+	if !slices.ContainsFunc(final, func(be string) bool { return tally.isNew[be] }) {
+		t.Fatal("no key moved to a new backend")
+	}
+	return tally.metrics(m, final, old, add)
+}
 
+// agreedSweep sweeps until every key goes where /debug/pick says the
+// published ring sends it, outside any fade.
+func agreedSweep(t *testing.T, cp *ControlPlane, names []string, sweep func() []string, when string) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, bad := sweep(), 0
+		for i, key := range names {
+			if got[i] != cp.Pick("products", key, "grpc").Endpoint {
+				bad++
+			}
+		}
+		if bad == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d/%d keys disagree with /debug/pick", when, bad, len(names))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// keyOn is a key (by index) seen on a backend.
+type keyOn struct {
+	key int
+	be  string
+}
+
+// fadeTally follows every key through a fade, sweep by sweep.
+type fadeTally struct {
+	isNew map[string]bool
+	// seen holds every key seen on a new backend; prev is the last sweep.
+	seen                 map[keyOn]bool
+	prev                 []string
+	moved, oldOld, flaps int
+}
+
+func (f *fadeTally) step(cur []string) {
+	for i, be := range cur {
+		if f.isNew[be] {
+			f.seen[keyOn{i, be}] = true
+		}
+		if be == f.prev[i] {
+			continue
+		}
+		f.moved++
+		switch {
+		case !f.isNew[f.prev[i]] && !f.isNew[be]:
+			f.oldOld++
+		case f.isNew[f.prev[i]] && !f.isNew[be]:
+			f.flaps++
+		}
+	}
+	f.prev = cur
+}
+
+// metrics completes m with the tally over a fade ending in final.
+func (f *fadeTally) metrics(m FadeMetrics, final []string, old, add int) FadeMetrics {
+	keys := len(final)
 	good := 0
-	for p := range seen {
+	for p := range f.seen {
 		if final[p.key] == p.be {
 			good++
 		}
 	}
-	toNew := 0
-	for i := range final {
-		if isNew[final[i]] {
-			toNew++
-		}
-	}
-	m.Pairs = len(seen)
-	m.Precision = 100 * float64(good) / float64(max(len(seen), 1))
-	m.OldOld = 100 * float64(oldOld) / float64(keys)
-	m.Flaps = float64(flaps) / float64(keys)
-	m.Moved = 100 * float64(moved) / float64(keys)
+	m.Pairs = len(f.seen)
+	m.Precision = 100 * float64(good) / float64(max(len(f.seen), 1))
+	m.OldOld = 100 * float64(f.oldOld) / float64(keys)
+	m.Flaps = float64(f.flaps) / float64(keys)
+	m.Moved = 100 * float64(f.moved) / float64(keys)
 	m.Ideal = 100 * float64(add) / float64(old+add)
-	if toNew == 0 {
-		t.Fatal("no key moved to a new backend")
-	}
 	return m
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/suggest"
 )
 
 // FileError is one problem found in an endpoints file, located to the line
@@ -960,29 +961,9 @@ func fileDescribe(n *yaml.Node) string {
 func fileSuggest(got string, known []string) string {
 	best, bestDist := "", 3
 	for _, k := range known {
-		if d := fileEditDistance(got, k); d < bestDist {
+		if d := suggest.Distance(got, k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}
 	return best
-}
-
-func fileEditDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
