@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +23,7 @@ import (
 	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/server"
+	"github.com/ringxds/ringxds/internal/testpki"
 	"github.com/ringxds/ringxds/internal/watch"
 )
 
@@ -182,21 +177,21 @@ func TestStatusAcrossReplicas(t *testing.T) {
 // Over mTLS with --authz=namespace: a cluster-wide reader's certificate
 // reads status, a tenant's is refused, and so is plaintext.
 func TestStatusTLSAndAuthorization(t *testing.T) {
-	pki := newPKI(t)
-	serverCert := pki.issue(t, x509.ExtKeyUsageServerAuth, "")
+	pki := testpki.New(t)
+	serverCert := pki.Issue(t, x509.ExtKeyUsageServerAuth, "")
 	policy, err := authz.NewPolicy([]string{"ops"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := startReplica(t, buildinfo.Replica{Name: "secure", Build: buildinfo.Read()}, &tls.Config{
-		Certificates: []tls.Certificate{serverCert}, ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{serverCert}, ClientCAs: pki.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	}, policy)
-	tenant := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/shop/sa/web")
-	adsClient(t, addr, credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{tenant}, RootCAs: pki.pool, MinVersion: tls.VersionTLS12}), "shop-envoy", false)
+	tenant := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/shop/sa/web")
+	adsClient(t, addr, credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{tenant}, RootCAs: pki.Pool, MinVersion: tls.VersionTLS12}), "shop-envoy", false)
 
-	ca := writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pki.cert.Raw})))
-	readerCert, readerKey := pki.files(t, "reader", pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/ops/sa/ringxdsctl"))
-	tenantCert, tenantKey := pki.files(t, "tenant", tenant)
+	ca := writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pki.Cert.Raw})))
+	readerCert, readerKey := pemFiles(t, "reader", pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/ops/sa/ringxdsctl"))
+	tenantCert, tenantKey := pemFiles(t, "tenant", tenant)
 	got := statusUntil(t, func(o statusOutput) bool { return len(o.Replicas[0].Clients) == 1 },
 		"--server", addr, "--tls-ca", ca, "--tls-cert", readerCert, "--tls-key", readerKey)
 	if got.Replicas[0].Replica.Name != "secure" || got.Replicas[0].Clients[0].Node != "shop-envoy" {
@@ -218,73 +213,9 @@ func TestStatusTLSAndAuthorization(t *testing.T) {
 	}
 }
 
-// testPKI is a CA made in the test and the certificates it issues.
-type testPKI struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newPKI(t *testing.T) *testPKI {
+// pemFiles writes a certificate and its key as PEM files.
+func pemFiles(t *testing.T, name string, c tls.Certificate) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testPKI{cert: cert, key: key, pool: pool}
-}
-
-var serial int64 = 1
-
-// issue makes a leaf: for 127.0.0.1 when it serves, with uri as its SPIFFE
-// ID when given.
-func (p *testPKI) issue(t *testing.T, usage x509.ExtKeyUsage, uri string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	if usage == x509.ExtKeyUsageServerAuth {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// files writes a certificate and its key as PEM files.
-func (p *testPKI) files(t *testing.T, name string, c tls.Certificate) (certFile, keyFile string) {
-	t.Helper()
-	keyDER, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, name+".pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}))),
-		writeFile(t, name+"-key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})))
+	certPEM, keyPEM := testpki.PEM(t, c)
+	return writeFile(t, name+".pem", string(certPEM)), writeFile(t, name+"-key.pem", string(keyPEM))
 }

@@ -2,15 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -29,62 +23,8 @@ import (
 
 	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/testpki"
 )
-
-// testPKI is a CA and the certificates it issues, made in the test.
-type testPKI struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testPKI{cert: cert, key: key, pool: pool}
-}
-
-var serial int64 = 1
-
-func (p *testPKI) issue(t *testing.T, usage x509.ExtKeyUsage, uri string, dns ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, DNSNames: dns}
-	if usage == x509.ExtKeyUsageServerAuth {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // authzState has a cluster of namespace shop, one of billing that lists
 // the web namespace as a reader, and one named without a namespace (as
@@ -109,12 +49,12 @@ type authzFixture struct {
 	s    *Server
 	addr string
 	logs *observer.ObservedLogs
-	pki  *testPKI
+	pki  *testpki.CA
 }
 
 // startAuthz serves the state over gRPC on loopback: mTLS when pki is
 // set, plaintext otherwise; policy nil leaves authorization off.
-func startAuthz(t *testing.T, pki *testPKI, policy *authz.Policy) *authzFixture {
+func startAuthz(t *testing.T, pki *testpki.CA, policy *authz.Policy) *authzFixture {
 	t.Helper()
 	core, logs := observer.New(zapcore.WarnLevel)
 	s := New(t.Context(), Options{Logger: zap.New(core), Registerer: prometheus.NewRegistry(), Authz: policy})
@@ -123,8 +63,8 @@ func startAuthz(t *testing.T, pki *testPKI, policy *authz.Policy) *authzFixture 
 	}
 	opts := GRPCOptions{ServerOptions: s.GRPCServerOptions()}
 	if pki != nil {
-		opts.TLS = &tls.Config{Certificates: []tls.Certificate{pki.issue(t, x509.ExtKeyUsageServerAuth, "")},
-			ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		opts.TLS = &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, x509.ExtKeyUsageServerAuth, "")},
+			ClientCAs: pki.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
 	}
 	g, err := NewGRPCServer(opts)
 	if err != nil {
@@ -151,7 +91,7 @@ func (f *authzFixture) conn(t *testing.T, client *tls.Certificate) *grpc.ClientC
 	t.Helper()
 	creds := insecure.NewCredentials()
 	if client != nil {
-		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*client}, RootCAs: f.pki.pool, MinVersion: tls.VersionTLS12})
+		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*client}, RootCAs: f.pki.Pool, MinVersion: tls.VersionTLS12})
 	}
 	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -221,16 +161,16 @@ func deltaNames(t *testing.T, c discovery.AggregatedDiscoveryServiceClient, init
 }
 
 func TestAuthorizedReaders(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	policy, err := authz.NewPolicy([]string{"spiffe://td/ns/ops/sa/dashboard"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := startAuthz(t, pki, policy)
-	shop := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/shop/sa/cart")
-	web := pki.issue(t, x509.ExtKeyUsageClientAuth, "", "front.web.svc.cluster.local")
-	dashboard := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/ops/sa/dashboard")
-	nobody := pki.issue(t, x509.ExtKeyUsageClientAuth, "") // a certificate that names no one
+	shop := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/shop/sa/cart")
+	web := pki.Issue(t, x509.ExtKeyUsageClientAuth, "", "front.web.svc.cluster.local")
+	dashboard := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/ops/sa/dashboard")
+	nobody := pki.Issue(t, x509.ExtKeyUsageClientAuth, "") // a certificate that names no one
 
 	all := []string{"catalog", "orders.billing", "products.shop"}
 	for _, tc := range []struct {
@@ -286,10 +226,10 @@ func TestAuthorizedReaders(t *testing.T) {
 // A change to a refused cluster reaches a wildcard stream as a response
 // without it; a change of readers reaches it at once.
 func TestAuthorizationFollowsChanges(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	policy, _ := authz.NewPolicy(nil)
 	f := startAuthz(t, pki, policy)
-	shop := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/shop/sa/cart")
+	shop := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://td/ns/shop/sa/cart")
 	st, got, resp := sotwNames(t, f.dial(t, &shop))
 	if !slices.Equal(got, []string{"products.shop"}) {
 		t.Fatalf("got %q", got)

@@ -28,6 +28,7 @@ import (
 	"github.com/ringxds/ringxds/internal/authz"
 	"github.com/ringxds/ringxds/internal/buildinfo"
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/testpki"
 )
 
 // csdsFixture is a server on loopback with CSDS, as cmd/xds-server wires
@@ -384,16 +385,16 @@ func waitNodes(t *testing.T, ask func(*statusv3.ClientStatusRequest) *statusv3.C
 // cluster-wide reader reads it: another tenant is refused, on the unary
 // call and the stream alike.
 func TestCSDSAuthorization(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	policy, err := authz.NewPolicy([]string{"spiffe://test/ns/ops/sa/admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := startAuthz(t, pki, policy)
-	tenant := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/shop/sa/web")
+	tenant := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/shop/sa/web")
 	sotwNames(t, f.dial(t, &tenant))
 
-	reader := pki.issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/ops/sa/admin")
+	reader := pki.Issue(t, x509.ExtKeyUsageClientAuth, "spiffe://test/ns/ops/sa/admin")
 	csc := statusv3.NewClientStatusDiscoveryServiceClient(f.conn(t, &reader))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
