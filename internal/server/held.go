@@ -168,6 +168,20 @@ func (ts *TypeStatus) holdAll(add []heldResource) {
 		}
 		dedup = append(dedup, h)
 	}
+	// Resources the stream holds already are replaced in place: a push of
+	// a few changed resources, the common case, then allocates nothing.
+	fresh := dedup[:0]
+	for _, h := range dedup {
+		if i, found := findHeld(ts.held, h.name()); found {
+			ts.held[i] = h
+		} else {
+			fresh = append(fresh, h)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	dedup = fresh
 	merged := make([]heldResource, 0, len(ts.held)+len(dedup))
 	i, j := 0, 0
 	for i < len(ts.held) && j < len(dedup) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -76,4 +77,24 @@ func mapsEqual(a, b map[string]answer) bool {
 		}
 	}
 	return true
+}
+
+// Recording a push of a resource the stream holds already is on the
+// fan-out's path for every client: it replaces the entry in place.
+func TestHoldingAHeldResourceAgainAllocatesOnlyItsList(t *testing.T) {
+	var ts TypeStatus
+	var all []*anypb.Any
+	for i := range 100 {
+		all = append(all, claAny(t, fmt.Sprintf("svc-%03d", i)))
+	}
+	ts.holdSotW("eds", all, &response{seq: 1})
+	one := []*anypb.Any{claAny(t, "svc-042")}
+	resp := &response{seq: 2}
+	// The one allocation is the list handed to holdAll.
+	if n := testing.AllocsPerRun(100, func() { ts.holdSotW("eds", one, resp) }); n > 1 {
+		t.Fatalf("%v allocations to replace one of 100 held resources", n)
+	}
+	if got := heldStates(&ts); len(got) != 100 {
+		t.Fatalf("%d resources held, want 100", len(got))
+	}
 }
