@@ -24,8 +24,8 @@ import (
 // sent (the callbacks' OnStreamResponse and OnStreamDeltaResponse, which
 // go-control-plane calls on the response it owns). That is the one place
 // every path goes through, SotW and delta, ADS and per type, named and
-// wildcard: the LinearCache answers a wildcard watch with the whole cache
-// and has no hook to narrow it. The cache still counts a withheld resource
+// wildcard: the cache answers a wildcard watch with the whole cache and
+// knows nothing of who reads it. The cache still counts a withheld resource
 // as returned, so it does not answer again until that resource changes;
 // taking the name out of the request instead would turn a SotW CDS or LDS
 // request naming only refused clusters into a legacy wildcard.

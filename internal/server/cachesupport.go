@@ -25,7 +25,7 @@ func (unservedCache) Fetch(context.Context, *cache.Request) (cache.Response, err
 	return nil, errors.New("resource type not served by ringxds")
 }
 
-// cpLogger routes go-control-plane's logs into zap. Its per-watch debug
+// cpLogger routes go-control-plane's stream logs into zap. Its per-request
 // chatter stays at debug level.
 type cpLogger struct{ s *zap.SugaredLogger }
 

@@ -73,7 +73,7 @@ type xdsRequest struct {
 }
 
 // versionFix is a correction of a SotW request's version_info before
-// go-control-plane's LinearCache sees it. The cache answers at once any
+// the cache sees it. The cache answers at once any
 // request with an empty version ("the client has nothing"), and trusts any
 // other version to mean the client holds what it was last sent on this
 // stream.

@@ -31,6 +31,7 @@ import (
 	"github.com/ringxds/ringxds/internal/dataplane"
 	"github.com/ringxds/ringxds/internal/fadein"
 	"github.com/ringxds/ringxds/internal/model"
+	"github.com/ringxds/ringxds/internal/server/xdscache"
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
 
@@ -66,7 +67,7 @@ type Server struct {
 	// authz is nil when every client reads every cluster.
 	authz *authorizer
 
-	caches map[string]*cache.LinearCache
+	caches map[string]*xdscache.Cache
 	// groups lists, per type URL in resourceTypes order, each cache group of
 	// that type with the first kind that reads it. Fixed at New.
 	groups map[string][]groupRef
@@ -165,7 +166,7 @@ func New(ctx context.Context, opts Options) *Server {
 		registry:  newRegistry(log, m),
 		limiter:   lim,
 		now:       now,
-		caches:    make(map[string]*cache.LinearCache),
+		caches:    make(map[string]*xdscache.Cache),
 		published: make(map[string]map[string]publishedResource),
 		builder:   snapshot.NewBuilder(),
 		ctx:       ctx,
@@ -190,7 +191,7 @@ func New(ctx context.Context, opts Options) *Server {
 		for _, t := range resourceTypes {
 			g := cacheGroup(k, t)
 			if _, ok := s.caches[g]; !ok {
-				s.caches[g] = cache.NewLinearCache(t, cache.WithLogger(cpLog))
+				s.caches[g] = xdscache.New(t)
 				mux.Caches[g] = s.caches[g]
 				s.groups[t] = append(s.groups[t], groupRef{g, k})
 			}
@@ -207,6 +208,7 @@ func New(ctx context.Context, opts Options) *Server {
 	s.xds = serverv3.NewServer(ctx, mux, callbacks{s.registry},
 		config.DeactivateLegacyWildcardForTypes([]string{resource.EndpointType, resource.RouteType}),
 		sotw.WithOrderedADS(),
+		sotw.WithLogger(cpLog),
 	)
 	return s
 }
@@ -606,7 +608,7 @@ func (s *Server) RefusedConnections() []RefusedConnection { return s.limiter.ref
 func (s *Server) NumWatches() int {
 	n := 0
 	for _, c := range s.caches {
-		n += c.NumCacheWatches()
+		n += c.NumWatches()
 	}
 	return n
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/ringxds/ringxds/internal/snapshot"
 )
 
-// LinearCache returns resources in map order, so the content version must
+// The caches return resources in map order, so the content version must
 // not depend on order, and must change with any byte of content.
 func TestContentVersionDependsOnContentOnly(t *testing.T) {
 	a := &anypb.Any{TypeUrl: resource.ClusterType, Value: []byte("cluster a")}

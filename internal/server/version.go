@@ -10,7 +10,7 @@ import (
 )
 
 // mix spreads a resource hash before summing, so that the sum is order
-// independent (LinearCache returns resources in map order) while two equal
+// independent (the caches return resources in map order) while two equal
 // hashes do not cancel as they would under XOR.
 func mix(h uint64) uint64 {
 	h ^= h >> 33
