@@ -41,6 +41,13 @@ type Cache struct {
 	// only the changed ones (clusters and listeners).
 	fullState bool
 
+	// sotwRequest and deltaRequest stand for the request in every
+	// response. go-control-plane's servers read only their type URL, and
+	// a watch holding the stream's request would keep its list of every
+	// subscribed name alive, which the subscription already holds.
+	sotwRequest  *cache.Request
+	deltaRequest *cache.DeltaRequest
+
 	mu sync.Mutex
 	// version counts updates; a resource's SotW version is the count at
 	// which it last changed.
@@ -55,10 +62,12 @@ var _ cache.Cache = (*Cache)(nil)
 // New returns an empty cache for typeURL.
 func New(typeURL string) *Cache {
 	return &Cache{
-		typeURL:   typeURL,
-		fullState: cache.ResourceRequiresFullStateInSotw(typeURL),
-		resources: make(map[string]*entry),
-		watches:   make(map[uint64]*watch),
+		typeURL:      typeURL,
+		fullState:    cache.ResourceRequiresFullStateInSotw(typeURL),
+		sotwRequest:  &cache.Request{TypeUrl: typeURL},
+		deltaRequest: &cache.DeltaRequest{TypeUrl: typeURL},
+		resources:    make(map[string]*entry),
+		watches:      make(map[uint64]*watch),
 	}
 }
 
@@ -169,7 +178,7 @@ func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan
 	if req.GetTypeUrl() != c.typeURL {
 		return nil, fmt.Errorf("request type %s does not match cache type %s", req.GetTypeUrl(), c.typeURL)
 	}
-	w := &watch{sub: sub, sotw: req, sotwOut: out}
+	w := &watch{sub: sub, sotwOut: out}
 	return c.arm(w, req.GetVersionInfo() == "")
 }
 
@@ -180,7 +189,7 @@ func (c *Cache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription
 	if req.GetTypeUrl() != c.typeURL {
 		return nil, fmt.Errorf("request type %s does not match cache type %s", req.GetTypeUrl(), c.typeURL)
 	}
-	w := &watch{sub: sub, delta: req, deltaOut: out}
+	w := &watch{sub: sub, delta: true, deltaOut: out}
 	return c.arm(w, sub.IsWildcard() && req.GetResponseNonce() == "")
 }
 

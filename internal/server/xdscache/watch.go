@@ -12,9 +12,8 @@ import (
 // watch is one stream's open request for one type: SotW or delta.
 type watch struct {
 	sub      cache.Subscription
-	sotw     *cache.Request
+	delta    bool
 	sotwOut  chan cache.Response
-	delta    *cache.DeltaRequest
 	deltaOut chan cache.DeltaResponse
 	// settled: when last looked at, the client held every subscribed
 	// resource at its current version and nothing else. Until the stream
@@ -23,13 +22,11 @@ type watch struct {
 	settled bool
 }
 
-func (w *watch) isDelta() bool { return w.delta != nil }
-
 // respond sends w what its client lacks, and reports whether it sent
 // anything. Called with c.mu held; the stream's channel always has room for
 // one response per type, so the send does not block.
 func (c *Cache) respond(w *watch, modified map[string]struct{}, replyEvenIfEmpty bool) bool {
-	delta := w.isDelta()
+	delta := w.delta
 	var changed []*entry
 	var removed []string
 	if w.settled && modified != nil {
@@ -57,9 +54,9 @@ func (c *Cache) respond(w *watch, modified map[string]struct{}, replyEvenIfEmpty
 	returned := &returned{known: w.sub.ReturnedResources(), sent: send, removed: removed, delta: delta}
 	version := c.versionString()
 	if delta {
-		w.deltaOut <- &deltaResponse{req: w.delta, resources: send, removed: removed, returned: returned, version: version}
+		w.deltaOut <- &deltaResponse{req: c.deltaRequest, resources: send, removed: removed, returned: returned, version: version}
 	} else {
-		w.sotwOut <- &sotwResponse{req: w.sotw, resources: send, returned: returned, version: version}
+		w.sotwOut <- &sotwResponse{req: c.sotwRequest, resources: send, returned: returned, version: version}
 	}
 	return true
 }
