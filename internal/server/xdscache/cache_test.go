@@ -265,3 +265,51 @@ func TestUpdateWithAnUnmarshallableResourceChangesNothing(t *testing.T) {
 		t.Fatal("a failed update changed the cache")
 	}
 }
+
+// TestResponseAllocationsDoNotGrowWithTheSubscription pins what the cache
+// allocates for one change reaching a stream and the stream re-arming: the
+// same whether the stream subscribes to 10 names or 1,000. LinearCache
+// copied the client's whole returned-versions map into every response.
+func TestResponseAllocationsDoNotGrowWithTheSubscription(t *testing.T) {
+	allocs := func(n int) float64 {
+		c := New(resource.EndpointType)
+		names := make([]string, n)
+		all := make(map[string]types.Resource, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("cluster-%04d", i)
+			all[names[i]] = claResource(names[i], 1)
+		}
+		if err := c.UpdateResources(all, nil); err != nil {
+			t.Fatal(err)
+		}
+		sub := stream.NewSotwSubscription(names, false)
+		ch := make(chan cache.Response, 1)
+		req := &discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names}
+		arm := func() {
+			if _, err := c.CreateWatch(req, sub, ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		take := func() {
+			r := <-ch
+			sub.SetReturnedResources(r.GetReturnedResources())
+			req.VersionInfo = r.GetResponseVersion()
+		}
+		arm()
+		take()
+		arm()
+		update := map[string]types.Resource{names[0]: claResource(names[0], 2)}
+		return testing.AllocsPerRun(50, func() {
+			if err := c.UpdateResources(update, nil); err != nil {
+				t.Fatal(err)
+			}
+			take()
+			arm()
+		})
+	}
+	small, large := allocs(10), allocs(1000)
+	t.Logf("allocations per change and re-arm: %.0f at 10 names, %.0f at 1,000", small, large)
+	if large > small {
+		t.Fatalf("a stream subscribing to 1,000 names costs %.0f allocations per response, one with 10 costs %.0f", large, small)
+	}
+}
