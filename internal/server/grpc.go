@@ -36,6 +36,15 @@ func NewGRPCServer(opts GRPCOptions) (*grpc.Server, error) {
 		// stream limit is not what refuses a client: --max-streams-per-
 		// connection does, with a status (ServerOptions).
 		grpc.MaxConcurrentStreams(math.MaxUint32),
+		// Static flow-control windows turn off grpc-go's bandwidth-delay
+		// estimation, which answered every request (a client's ACK) with
+		// a window update and a ping, and read the ping's ack: a write and
+		// a read more per response, on every connection. xDS requests are
+		// small; one larger than the window (an Envoy naming tens of
+		// thousands of clusters) still gets through, since grpc-go widens
+		// a stream's window for the message it is reading.
+		grpc.StaticStreamWindowSize(256 << 10),
+		grpc.StaticConnWindowSize(1 << 20),
 		// Envoy pings every 15-30 s on idle connections; a stricter policy
 		// would make the server GOAWAY healthy proxies.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
