@@ -2,11 +2,12 @@
 // endpoints file the server watches, connects many simulated Envoy-like and
 // gRPC-like xDS clients, changes endpoints and times how long each change
 // takes to reach every subscriber. It can also restart the server under its
-// clients (a reconnect storm) and add clients that stop reading (slow
-// consumers).
+// clients (a reconnect storm), add clients that stop reading (slow
+// consumers), and spread the clients over several spawned replicas.
 //
 // It ends with one summary line (key=value pairs) on stdout and exits 1 if
-// any client failed to converge or ever saw stale content. Progress goes to
+// any client failed to converge or ever saw stale content, or if replicas
+// sent different versions for the same content. Progress goes to
 // stderr. See docs/benchmarks.md for the figures and hack/bench-scale.sh for
 // the matrix.
 package main
@@ -52,6 +53,7 @@ type options struct {
 	seed      uint64
 	keepFile  bool
 	serverEnv envFlag
+	replicas  int
 }
 
 // envFlag collects repeated KEY=VALUE flags.
@@ -79,7 +81,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.serverBin, "server-bin", "", "xds-server binary for --spawn-server (default: next to this binary, then bin/xds-server, then $PATH)")
 	fs.DurationVar(&o.debounce, "debounce", 0, "--debounce passed to the spawned server (0: its default)")
 	fs.Var(&o.serverEnv, "server-env", "KEY=VALUE added to the spawned server's environment, such as GOMEMLIMIT=256MiB (repeatable)")
-	fs.StringVar(&o.serverLog, "server-log", "", "file receiving the spawned server's output (default: beside --file)")
+	fs.StringVar(&o.serverLog, "server-log", "", "file receiving the spawned server's output (default: beside --file; replica N > 0 adds .N)")
+	fs.IntVar(&o.replicas, "replicas", 1, "with --spawn-server, servers to spawn on the same file; clients go round-robin over them and must see identical versions")
 	fs.IntVar(&c.Clients, "clients", 100, "simulated xDS clients")
 	fs.IntVar(&c.Clusters, "clusters", 10, "clusters in the file")
 	fs.IntVar(&c.Endpoints, "endpoints", 100, "endpoints in the file, spread over the clusters")
@@ -98,6 +101,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&c.CPUProfile, "cpu-profile", "", "save a server CPU profile over the change phase here (needs /debug/pprof on the debug address)")
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after forcing the server's GC before reading its memory")
 	fs.StringVar(&c.HeapProfile, "heap-profile", "", "save the server's heap profile here once every client converged (needs /debug/pprof)")
+	fs.StringVar(&c.ToolCPUProfile, "loadgen-cpu-profile", "", "save this tool's own CPU profile over the change phase here")
 	fs.StringVar(&o.logLevel, "log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	fs.BoolVar(&o.keepFile, "keep-file", false, "keep the temporary endpoints file and server log")
 	fs.Usage = func() {
@@ -118,12 +122,19 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		return o, errors.New("give --server (and --file it watches) or --spawn-server")
 	case !o.spawn && c.File == "":
 		return o, errors.New("--file: the file the server at --server watches")
+	case o.replicas < 1:
+		return o, fmt.Errorf("--replicas %d: at least one", o.replicas)
+	case o.replicas > 1 && !o.spawn:
+		return o, errors.New("--replicas starts the servers: use it with --spawn-server")
+	case o.replicas > 1 && c.SlowConsumers > 0:
+		return o, errors.New("--slow-consumers are measured against one server: leave out --replicas")
 	}
 	return o, nil
 }
 
-// run returns the exit code: 0 when every client converged and saw no
-// stale content, 1 otherwise, 2 for usage errors.
+// run returns the exit code: 0 when every client converged, saw no stale
+// content and, over replicas, identical versions; 1 otherwise, 2 for usage
+// errors.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -164,11 +175,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		if o.serverLog == "" {
 			o.serverLog = o.cfg.File + ".server.log"
 		}
-		sp := &loadgen.Spawner{Bin: bin, File: o.cfg.File, Debounce: o.debounce, LogPath: o.serverLog, Logger: log, Env: o.serverEnv}
-		// Stop runs on every return, and SIGINT/SIGTERM cancel ctx, which
-		// ends the run and reaches it too.
-		defer func() { _ = sp.Stop(context.Background()) }()
-		o.cfg.Lifecycle = sp
+		for i := range o.replicas {
+			logPath := o.serverLog
+			if i > 0 {
+				logPath = fmt.Sprintf("%s.%d", o.serverLog, i)
+			}
+			sp := &loadgen.Spawner{Bin: bin, File: o.cfg.File, Debounce: o.debounce, LogPath: logPath, Logger: log.With(zap.Int("replica", i)), Env: o.serverEnv}
+			// Stop runs on every return, and SIGINT/SIGTERM cancel ctx,
+			// which ends the run and reaches it too.
+			defer func() { _ = sp.Stop(context.Background()) }()
+			o.cfg.Replicas = append(o.cfg.Replicas, sp)
+		}
 	}
 
 	res, err := loadgen.Run(ctx, o.cfg)
@@ -178,9 +195,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	for _, e := range res.Errors {
 		log.Error("client error", zap.String("error", e))
 	}
+	for _, e := range res.VersionExamples {
+		log.Error("replicas disagree", zap.String("version", e))
+	}
 	fmt.Fprintln(stdout, res.Line())
 	if !res.OK() {
-		return 1, errors.New("not every client converged on correct content (see the summary and the log)")
+		return 1, errors.New("not every client converged on correct content, or replicas disagreed on versions (see the summary and the log)")
 	}
 	return 0, nil
 }

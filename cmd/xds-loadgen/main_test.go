@@ -19,6 +19,9 @@ func TestUsageErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{[]string{"--server", "127.0.0.1:1", "--spawn-server"}, 2, "exclude each other"},
 		{[]string{"--spawn-server", "--server-env", "NOEQUALS"}, 2, "KEY=VALUE"},
 		{[]string{"--spawn-server", "extra"}, 2, "unexpected arguments"},
+		{[]string{"--spawn-server", "--replicas", "0"}, 2, "at least one"},
+		{[]string{"--server", "127.0.0.1:1", "--file", "f", "--replicas", "2"}, 2, "with --spawn-server"},
+		{[]string{"--spawn-server", "--replicas", "2", "--slow-consumers", "5"}, 2, "leave out --replicas"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code, err := run(context.Background(), tc.args, &stdout, &stderr)

@@ -56,6 +56,8 @@ type shared struct {
 	// stream, so a storm is a storm and not a lockstep.
 	reconnectJitter time.Duration
 	log             *zap.Logger
+	// book compares versions across replicas; nil with one server.
+	book *versionBook
 }
 
 // client is one simulated data plane with its own ADS stream. Its protocol
@@ -70,6 +72,9 @@ type client struct {
 	sh     *shared
 	dialed []string // gRPC kind: the clusters it resolves
 	rng    *rand.Rand
+
+	// replica is the index of the server the client connects to.
+	replica int
 
 	// Protocol state, touched only by the client's goroutine.
 	sotw  map[string]*sotwState
@@ -242,6 +247,9 @@ func (c *client) sotwStream(ctx context.Context) error {
 		}
 		now := time.Now()
 		c.markLive(now)
+		if c.sh.book != nil {
+			c.sh.book.sotw(c.replica, resp)
+		}
 		typeURL := resp.GetTypeUrl()
 		s := c.sotwFor(typeURL)
 		var next string // the type whose subscription this response changes
@@ -325,6 +333,9 @@ func (c *client) deltaStream(ctx context.Context) error {
 			return err
 		}
 		now := time.Now()
+		if c.sh.book != nil {
+			c.sh.book.delta(c.replica, resp)
+		}
 		typeURL := resp.GetTypeUrl()
 		ds := c.deltaFor(typeURL)
 		anys := make([]*anypb.Any, 0, len(resp.GetResources()))

@@ -32,6 +32,13 @@ type Config struct {
 	File string
 	// Lifecycle, if set, owns the server (required for Storm).
 	Lifecycle Lifecycle
+	// Replicas, set instead of Lifecycle, are several servers on File, as
+	// a Deployment runs them: the run starts every one and spreads the
+	// clients round-robin over them, to show that clients on different
+	// replicas receive identical versions for identical content and see
+	// the same propagation. Server figures are summed over the replicas;
+	// profiles come from the first one.
+	Replicas []Lifecycle
 
 	// Clients, Clusters and Endpoints size the run; Endpoints is the total
 	// across all clusters.
@@ -71,6 +78,10 @@ type Config struct {
 	// CPUProfile, if set, saves a server CPU profile taken over the change
 	// phase (needs /debug/pprof on the debug address).
 	CPUProfile string
+	// ToolCPUProfile, if set, saves this process's CPU profile over the
+	// same phase: the simulator shares the machine with the server, and a
+	// row it bounds must show where its time went.
+	ToolCPUProfile string
 	// Settle is how long the memory figures wait after forcing the
 	// server's garbage collections, for the runtime to return freed pages
 	// to the kernel (its scavenger works in the background). Zero: 5 s.
@@ -113,7 +124,7 @@ func (c *Config) defaults() error {
 	switch {
 	case c.File == "":
 		return errors.New("the endpoints file path is empty")
-	case c.Lifecycle == nil && c.Server == "":
+	case c.Lifecycle == nil && len(c.Replicas) == 0 && c.Server == "":
 		return errors.New("no server: give its xDS address, or let the run start one")
 	case c.Clients < 1:
 		return fmt.Errorf("clients=%d: need at least one", c.Clients)
@@ -121,10 +132,45 @@ func (c *Config) defaults() error {
 		return errors.New("changes, slow consumers and connections must not be negative")
 	case c.GRPCFraction < 0 || c.GRPCFraction > 1 || c.DeltaFraction < 0 || c.DeltaFraction > 1:
 		return errors.New("fractions must be within [0, 1]")
-	case c.Storm && c.Lifecycle == nil:
+	case c.Storm && c.Lifecycle == nil && len(c.Replicas) == 0:
 		return errors.New("the reconnect storm restarts the server: start it from the run (--spawn-server)")
 	case c.GRPCClusters > c.Clusters:
 		return fmt.Errorf("gRPC clients dial %d clusters but there are %d", c.GRPCClusters, c.Clusters)
+	}
+	return c.checkReplicas()
+}
+
+// maxReplicas bounds Replicas: the version comparison keeps one bit per
+// replica.
+const maxReplicas = 64
+
+func (c *Config) checkReplicas() error {
+	n := len(c.Replicas)
+	switch {
+	case n == 0:
+		return nil
+	case c.Lifecycle != nil:
+		return errors.New("give either one Lifecycle or Replicas, not both")
+	case n > maxReplicas:
+		return fmt.Errorf("%d replicas: at most %d", n, maxReplicas)
+	case c.Clients < n:
+		return fmt.Errorf("%d clients cannot be spread over %d replicas", c.Clients, n)
+	case c.Conns > 0 && c.Conns < n:
+		return fmt.Errorf("%d shared connections cannot reach %d replicas", c.Conns, n)
+	case n > 1 && c.SlowConsumers > 0:
+		return errors.New("slow consumers are measured against one server: run them without replicas")
+	}
+	return nil
+}
+
+// lifecycles returns the servers the run owns: the replicas, the one
+// Lifecycle, or none.
+func (c *Config) lifecycles() []Lifecycle {
+	if len(c.Replicas) > 0 {
+		return c.Replicas
+	}
+	if c.Lifecycle != nil {
+		return []Lifecycle{c.Lifecycle}
 	}
 	return nil
 }

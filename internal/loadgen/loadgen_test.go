@@ -158,3 +158,50 @@ func TestShortRunConvergesAndResyncsAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// Clients spread over two replicas of the server on one file receive
+// identical versions for identical content, whichever replica serves
+// them, and both replicas' clients resync after both restart.
+func TestTwoReplicasSendIdenticalVersions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two servers and a few dozen xDS clients")
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	file := filepath.Join(t.TempDir(), "endpoints.yaml")
+	var reps []loadgen.Lifecycle
+	for range 2 {
+		lc := &inProcess{t: t, file: file, log: log, debounce: 20 * time.Millisecond}
+		t.Cleanup(func() { _ = lc.Stop(context.Background()) })
+		reps = append(reps, lc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		File: file, Replicas: reps,
+		Clients: 24, Clusters: 4, Endpoints: 40, Changes: 4,
+		ChangeInterval: 100 * time.Millisecond,
+		GRPCFraction:   0.25, DeltaFraction: 0.5, GRPCClusters: 2,
+		Timeout: 20 * time.Second, Seed: 3, ReconnectJitter: 50 * time.Millisecond,
+		Storm: true, Settle: 10 * time.Millisecond,
+		Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := res.Line()
+	t.Log(line)
+	if !res.OK() {
+		t.Fatalf("run failed: %s\nerrors: %s\nversions: %s", line, strings.Join(res.Errors, "\n"), strings.Join(res.VersionExamples, "\n"))
+	}
+	if len(res.Replicas) != 2 || res.Replicas[0].Clients != 12 || res.Replicas[1].Clients != 12 {
+		t.Fatalf("clients not split evenly over two replicas: %+v", res.Replicas)
+	}
+	if res.VersionsCompared == 0 {
+		t.Fatalf("no content reached clients of both replicas, so nothing was compared: %s", line)
+	}
+	for _, key := range []string{" replicas=2 ", " replica_versions_identical=true ", " replica0_converged=12/12 ", " replica1_converged=12/12 ", "storm_resynced=24/24"} {
+		if !strings.Contains(line, key) {
+			t.Errorf("summary line lacks %q: %s", key, line)
+		}
+	}
+}

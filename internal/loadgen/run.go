@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -63,9 +65,22 @@ type Result struct {
 	ConnectSeconds float64
 	Load           float64
 
+	// ToolMaxRSSMB is the peak resident memory of this process: the
+	// simulated clients' share of the machine's memory.
+	ToolMaxRSSMB float64
+
 	Slow *SlowResult
 	// Storm is set for a reconnect storm.
 	Storm *StormResult
+
+	// Replicas is set when the clients were spread over several servers.
+	Replicas []ReplicaResult
+	// VersionsCompared counts contents that clients on more than one
+	// replica received, so that their versions were compared;
+	// VersionMismatches those sent with different versions, and
+	// VersionExamples the first few of them.
+	VersionsCompared, VersionMismatches int
+	VersionExamples                     []string
 }
 
 // SlowResult is the slow-consumer phase.
@@ -89,9 +104,10 @@ type StormResult struct {
 }
 
 // OK reports whether every client converged and none ever saw stale or
-// unknown content, or was told to drop what the file still held.
+// unknown content, or was told to drop what the file still held, and
+// whether replicas agreed on every version.
 func (r *Result) OK() bool {
-	ok := r.Converged == r.Clients && r.Stale == 0 && r.Unknown == 0 && r.Withdrawn == 0 && len(r.Errors) == 0
+	ok := r.Converged == r.Clients && r.Stale == 0 && r.Unknown == 0 && r.Withdrawn == 0 && len(r.Errors) == 0 && r.VersionMismatches == 0
 	if r.Storm != nil {
 		ok = ok && r.Storm.Resynced == r.Clients
 	}
@@ -111,8 +127,8 @@ func (r *Result) Line() string {
 	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
 		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
-	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s",
-		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1))
+	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s loadgen_max_rss_mb=%s",
+		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1), num(r.ToolMaxRSSMB, 0))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
 			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), signed(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
@@ -122,6 +138,7 @@ func (r *Result) Line() string {
 		fmt.Fprintf(&b, " storm_resynced=%d/%d storm_resync_p50_ms=%s storm_resync_p99_ms=%s storm_resync_max_ms=%s",
 			s.Resynced, r.Clients, num(s.ResyncP50, 1), num(s.ResyncP99, 1), num(s.ResyncMax, 1))
 	}
+	b.WriteString(r.replicaLine())
 	return b.String()
 }
 
@@ -161,12 +178,15 @@ func num(v float64, prec int) string {
 }
 
 type runner struct {
-	cfg     Config
-	log     *zap.Logger
-	sh      *shared
-	rng     *rand.Rand
-	dbg     *debugClient
-	xdsAddr string
+	cfg Config
+	log *zap.Logger
+	sh  *shared
+	rng *rand.Rand
+	// replicas are the servers, one unless Config.Replicas has several;
+	// dbg is the first one's debug client (nil without one), which takes
+	// the profiles and watches the slow consumers.
+	replicas []*replica
+	dbg      *debugClient
 
 	clients []*client // measured clients
 	slow    []*client
@@ -193,16 +213,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := topo.write(topo.render()); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	r.xdsAddr = cfg.Server
-	debugAddr := cfg.Debug
-	if cfg.Lifecycle != nil {
-		if r.xdsAddr, debugAddr, err = cfg.Lifecycle.Start(ctx); err != nil {
-			return nil, fmt.Errorf("loadgen: start server: %w", err)
-		}
+	if len(cfg.lifecycles()) > 1 {
+		r.sh.book = newVersionBook()
 	}
-	if debugAddr != "" {
-		r.dbg = newDebugClient(debugAddr)
+	if err := r.startReplicas(ctx); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
 	}
+	r.dbg = r.replicas[0].dbg
 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -224,6 +241,7 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	res := &Result{Clients: cfg.Clients, Clusters: cfg.Clusters, Endpoints: cfg.Endpoints, Changes: cfg.Changes,
 		ServerRSSMB: -1, RSSPerClientKB: -1, HeapPerClientKB: -1, StackPerClientKB: -1, BytesPerChange: -1, P50: -1, P99: -1, Max: -1,
 		SotWBytesPerPush: -1, DeltaBytesPerPush: -1, ChangeToPushMS: -1, BuildMS: -1, PushMS: -1, ServerCPUSeconds: -1, ToolCPUSeconds: -1}
+	defer func() { res.ToolMaxRSSMB = selfMaxRSSMB() }()
 	// The idle figure is taken with the file loaded and no client: what
 	// each client adds is measured against it.
 	idle, idleLive, _ := r.settledMetrics(ctx)
@@ -240,19 +258,7 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	}
 	res.ConnectSeconds = time.Since(start).Seconds()
 	r.log.Info("clients connected and converged", zap.Int("clients", len(all)), zap.Duration("took", time.Since(start)))
-
-	if loaded, live, err := r.settledMetrics(ctx); err == nil && idle != nil {
-		res.HeapIsLive = live && idleLive
-		n := float64(len(all))
-		rss := loaded.sum("process_resident_memory_bytes")
-		res.ServerRSSMB = rss / (1 << 20)
-		res.RSSPerClientKB = (rss - idle.sum("process_resident_memory_bytes")) / n / 1024
-		res.HeapPerClientKB = (loaded.sum("go_memstats_heap_inuse_bytes") - idle.sum("go_memstats_heap_inuse_bytes")) / n / 1024
-		res.StackPerClientKB = (loaded.sum("go_memstats_stack_inuse_bytes") - idle.sum("go_memstats_stack_inuse_bytes")) / n / 1024
-		r.log.Info("server memory", zap.Float64("idle_rss_mb", idle.sum("process_resident_memory_bytes")/(1<<20)),
-			zap.Float64("loaded_rss_mb", res.ServerRSSMB),
-			zap.Float64("goroutines_per_client", (loaded.sum("go_goroutines")-idle.sum("go_goroutines"))/n))
-	}
+	r.memoryFigures(ctx, res, idle, idleLive, len(all))
 
 	if cfg.HeapProfile != "" && r.dbg != nil {
 		// Taken right after the forced collections above: live memory
@@ -265,58 +271,14 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 		cfg.OnConverged()
 	}
 
-	// The measured phase.
-	before := r.metricsOrNil(ctx)
-	bytesBefore := r.clientBytes()
-	cpuBefore := selfCPU()
-	var profDone chan error
-	if cfg.CPUProfile != "" && r.dbg != nil {
-		secs := int(math.Ceil((time.Duration(cfg.Changes)*cfg.ChangeInterval + 2*time.Second).Seconds()))
-		profDone = make(chan error, 1)
-		go func() {
-			profDone <- r.dbg.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), cfg.CPUProfile, time.Duration(secs+30)*time.Second)
-		}()
-	}
-	phase, err := r.changes(ctx, cfg.Changes)
+	convErr, err := r.measure(ctx, res)
 	if err != nil {
 		return nil, err
 	}
-	convErr := r.waitConverged(ctx, r.clients, "every client to receive every change")
-	if profDone != nil {
-		if err := <-profDone; err != nil {
-			r.log.Warn("no server CPU profile", zap.Error(err))
-		} else {
-			r.log.Info("server CPU profile saved", zap.String("path", cfg.CPUProfile))
-		}
-	}
-	if cpu := selfCPU(); cpu >= 0 && cpuBefore >= 0 {
-		res.ToolCPUSeconds = (cpu - cpuBefore).Seconds()
-	}
-	lat := r.latencies(phase)
-	res.Samples = len(lat)
-	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-	if after := r.metricsOrNil(ctx); before != nil && after != nil && cfg.Changes > 0 {
-		res.BytesPerChange = (after.sum("ringxds_xds_bytes_sent_total") - before.sum("ringxds_xds_bytes_sent_total")) / float64(cfg.Changes)
-		res.ServerCPUSeconds = after.sum("process_cpu_seconds_total") - before.sum("process_cpu_seconds_total")
-		res.Responses = int(after.sum("ringxds_xds_pushes_total") - before.sum("ringxds_xds_pushes_total"))
-		res.SourceCPUSeconds = after.sum("ringxds_source_cpu_seconds_total") - before.sum("ringxds_source_cpu_seconds_total")
-		res.ServerCPUPerResponseUS, res.SourceShare = -1, -1
-		if res.Responses > 0 {
-			res.ServerCPUPerResponseUS = res.ServerCPUSeconds * 1e6 / float64(res.Responses)
-		}
-		if res.ServerCPUSeconds > 0 {
-			res.SourceShare = res.SourceCPUSeconds / res.ServerCPUSeconds
-		}
-		res.ChangeToPushMS = meanMS(before, after, "ringxds_change_to_push_seconds")
-		res.BuildMS = meanMS(before, after, "ringxds_snapshot_build_seconds")
-		res.PushMS = meanMS(before, after, "ringxds_xds_push_seconds")
-	}
-	res.SotWBytesPerPush, res.DeltaBytesPerPush = r.clientBytes().since(bytesBefore)
 	if convErr != nil {
 		r.collect(res, all)
 		return res, nil
 	}
-
 	if cfg.SlowConsumers > 0 {
 		s, err := r.slowPhase(ctx, res.P99)
 		if err != nil {
@@ -335,11 +297,125 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 	return res, nil
 }
 
+// memoryFigures fills in the server's memory per client, n clients over
+// the idle figures, summed over the replicas.
+func (r *runner) memoryFigures(ctx context.Context, res *Result, idle promText, idleLive bool, n int) {
+	loaded, live, err := r.settledMetrics(ctx)
+	if err != nil || idle == nil {
+		return
+	}
+	res.HeapIsLive = live && idleLive
+	per := func(metric string) float64 { return (loaded.sum(metric) - idle.sum(metric)) / float64(n) / 1024 }
+	rss := loaded.sum("process_resident_memory_bytes")
+	res.ServerRSSMB = rss / (1 << 20)
+	res.RSSPerClientKB = per("process_resident_memory_bytes")
+	res.HeapPerClientKB = per("go_memstats_heap_inuse_bytes")
+	res.StackPerClientKB = per("go_memstats_stack_inuse_bytes")
+	r.log.Info("server memory", zap.Float64("idle_rss_mb", idle.sum("process_resident_memory_bytes")/(1<<20)),
+		zap.Float64("loaded_rss_mb", res.ServerRSSMB),
+		zap.Float64("goroutines_per_client", (loaded.sum("go_goroutines")-idle.sum("go_goroutines"))/float64(n)))
+}
+
+// measure makes the measured changes, waits for every client to hold them
+// and fills in propagation, CPU and bytes. convErr reports clients that
+// did not converge; err, a run that could not go on.
+func (r *runner) measure(ctx context.Context, res *Result) (convErr, err error) {
+	cfg := r.cfg
+	before := r.metricsOrNil(ctx)
+	bytesBefore := r.clientBytes()
+	cpuBefore := selfCPU()
+	var profDone chan error
+	if cfg.CPUProfile != "" && r.dbg != nil {
+		secs := int(math.Ceil((time.Duration(cfg.Changes)*cfg.ChangeInterval + 2*time.Second).Seconds()))
+		profDone = make(chan error, 1)
+		go func() {
+			profDone <- r.dbg.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), cfg.CPUProfile, time.Duration(secs+30)*time.Second)
+		}()
+	}
+	stopToolProfile := r.startToolProfile()
+	phase, err := r.changes(ctx, cfg.Changes)
+	if err != nil {
+		stopToolProfile()
+		return nil, err
+	}
+	convErr = r.waitConverged(ctx, r.clients, "every client to receive every change")
+	stopToolProfile()
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			r.log.Warn("no server CPU profile", zap.Error(err))
+		} else {
+			r.log.Info("server CPU profile saved", zap.String("path", cfg.CPUProfile))
+		}
+	}
+	if cpu := selfCPU(); cpu >= 0 && cpuBefore >= 0 {
+		res.ToolCPUSeconds = (cpu - cpuBefore).Seconds()
+	}
+	lat := r.latencies(phase, r.clients)
+	res.Samples = len(lat)
+	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+	res.Replicas = r.replicaResults(phase)
+	if after := r.metricsOrNil(ctx); before != nil && after != nil && cfg.Changes > 0 {
+		serverFigures(res, before, after)
+	}
+	res.SotWBytesPerPush, res.DeltaBytesPerPush = r.clientBytes().since(bytesBefore)
+	return convErr, nil
+}
+
+// serverFigures fills in what the server's metrics say of the change
+// phase, summed over the replicas.
+func serverFigures(res *Result, before, after promText) {
+	delta := func(metric string) float64 { return after.sum(metric) - before.sum(metric) }
+	res.BytesPerChange = delta("ringxds_xds_bytes_sent_total") / float64(res.Changes)
+	res.ServerCPUSeconds = delta("process_cpu_seconds_total")
+	res.Responses = int(delta("ringxds_xds_pushes_total"))
+	res.SourceCPUSeconds = delta("ringxds_source_cpu_seconds_total")
+	res.ServerCPUPerResponseUS, res.SourceShare = -1, -1
+	if res.Responses > 0 {
+		res.ServerCPUPerResponseUS = res.ServerCPUSeconds * 1e6 / float64(res.Responses)
+	}
+	if res.ServerCPUSeconds > 0 {
+		res.SourceShare = res.SourceCPUSeconds / res.ServerCPUSeconds
+	}
+	res.ChangeToPushMS = meanMS(before, after, "ringxds_change_to_push_seconds")
+	res.BuildMS = meanMS(before, after, "ringxds_snapshot_build_seconds")
+	res.PushMS = meanMS(before, after, "ringxds_xds_push_seconds")
+}
+
+// startToolProfile starts this process's CPU profile if one was asked for
+// and returns what stops and saves it.
+func (r *runner) startToolProfile() (stop func()) {
+	path := r.cfg.ToolCPUProfile
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		r.log.Warn("no loadgen CPU profile", zap.Error(err))
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			r.log.Warn("loadgen CPU profile", zap.Error(err))
+			return
+		}
+		r.log.Info("loadgen CPU profile saved", zap.String("path", path))
+	}
+}
+
 // collect fills in convergence and correctness over the measured clients,
 // and checks (slow consumers aside) every client's history.
 func (r *runner) collect(res *Result, _ []*client) {
 	target := r.sh.topo.latest()
 	res.Load = loadAverage()
+	if r.sh.book != nil {
+		res.VersionsCompared, res.VersionMismatches, res.VersionExamples = r.sh.book.result()
+	}
 	for _, c := range r.clients {
 		if c.converged(target) {
 			res.Converged++
@@ -367,16 +443,24 @@ func (r *runner) collect(res *Result, _ []*client) {
 	}
 }
 
+// metricsOrNil scrapes every replica; the samples of all of them are
+// concatenated, so that sums cover the whole deployment. It returns nil
+// if any replica cannot be read.
 func (r *runner) metricsOrNil(ctx context.Context) promText {
-	if r.dbg == nil {
+	dbgs := r.debugs()
+	if len(dbgs) == 0 {
 		return nil
 	}
-	m, err := r.dbg.metrics(ctx)
-	if err != nil {
-		r.log.Warn("cannot scrape server metrics", zap.Error(err))
-		return nil
+	var all promText
+	for _, d := range dbgs {
+		m, err := d.metrics(ctx)
+		if err != nil {
+			r.log.Warn("cannot scrape server metrics", zap.String("debug", d.addr), zap.Error(err))
+			return nil
+		}
+		all = append(all, m...)
 	}
-	return m
+	return all
 }
 
 // settledMetrics scrapes after a pause, so the figures are not caught in
@@ -385,7 +469,7 @@ func (r *runner) metricsOrNil(ctx context.Context) promText {
 // pages to the kernel, scrapes: live then reports that the heap figures
 // count live memory only. RSS is what the kernel sees either way.
 func (r *runner) settledMetrics(ctx context.Context) (m promText, live bool, err error) {
-	if r.dbg == nil {
+	if len(r.debugs()) == 0 {
 		return nil, false, errors.New("no debug address")
 	}
 	pause := func(d time.Duration) error {
@@ -399,7 +483,11 @@ func (r *runner) settledMetrics(ctx context.Context) (m promText, live bool, err
 	if err := pause(2 * time.Second); err != nil {
 		return nil, false, err
 	}
-	if live = r.dbg.collectGarbage(ctx); live {
+	live = true
+	for _, d := range r.debugs() {
+		live = d.collectGarbage(ctx) && live
+	}
+	if live {
 		if err := pause(r.cfg.Settle); err != nil {
 			return nil, false, err
 		}
@@ -431,9 +519,11 @@ func (r *runner) makeClients() error {
 	r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	names := r.sh.topo.names()
 
+	// Connections, and with them clients, go round-robin over the
+	// replicas, as a Service spreads them.
 	var shared []*grpc.ClientConn
-	for range cfg.Conns {
-		cc, err := r.dial(nil)
+	for j := range cfg.Conns {
+		cc, err := r.dial(j%len(r.replicas), nil)
 		if err != nil {
 			return err
 		}
@@ -442,10 +532,11 @@ func (r *runner) makeClients() error {
 	g := 0
 	for i, k := range kinds {
 		var conn *grpc.ClientConn
+		rep := i % len(r.replicas)
 		if len(shared) > 0 {
-			conn = shared[i%len(shared)]
+			conn, rep = shared[i%len(shared)], i%len(shared)%len(r.replicas)
 		} else {
-			cc, err := r.dial(nil)
+			cc, err := r.dial(rep, nil)
 			if err != nil {
 				return err
 			}
@@ -462,11 +553,13 @@ func (r *runner) makeClients() error {
 			dialed = slices.Compact(dialed)
 			g++
 		}
-		r.clients = append(r.clients, newClient(i, k, conn, nil, r.sh, dialed, cfg.Seed))
+		c := newClient(i, k, conn, nil, r.sh, dialed, cfg.Seed)
+		c.replica = rep
+		r.clients = append(r.clients, c)
 	}
 	for i := range cfg.SlowConsumers {
 		gt := newGate()
-		cc, err := r.dial(gt)
+		cc, err := r.dial(0, gt)
 		if err != nil {
 			return err
 		}
@@ -479,7 +572,8 @@ func (r *runner) makeClients() error {
 // dial opens a client connection. Reconnect backoff is short so that a
 // restarted server sees its clients back at once (the storm), as Envoy's
 // 500 ms base backoff also brings them back within a second.
-func (r *runner) dial(g *gate) (*grpc.ClientConn, error) {
+func (r *runner) dial(replica int, g *gate) (*grpc.ClientConn, error) {
+	addr := r.replicas[replica].xdsAddr
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
@@ -495,9 +589,9 @@ func (r *runner) dial(g *gate) (*grpc.ClientConn, error) {
 	if g != nil {
 		opts = append(opts, grpc.WithContextDialer(g.dialer()))
 	}
-	cc, err := grpc.NewClient(r.xdsAddr, opts...)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: dial %s: %w", r.xdsAddr, err)
+		return nil, fmt.Errorf("loadgen: dial %s: %w", addr, err)
 	}
 	r.conns = append(r.conns, cc)
 	return cc, nil
@@ -582,14 +676,14 @@ func (r *runner) changes(ctx context.Context, k int) ([]phaseChange, error) {
 }
 
 // latencies returns, in milliseconds, the time from each change's write to
-// its arrival at each measured client that holds the cluster.
-func (r *runner) latencies(phase []phaseChange) []float64 {
+// its arrival at each client of cs that holds the cluster.
+func (r *runner) latencies(phase []phaseChange, cs []*client) []float64 {
 	want := make(map[phaseChange]time.Time, len(phase))
 	for _, p := range phase {
 		want[p] = r.sh.topo.writtenAt(p.cluster, p.gen)
 	}
 	var out []float64
-	for _, c := range r.clients {
+	for _, c := range cs {
 		c.mu.Lock()
 		for _, s := range c.samples {
 			if at, ok := want[phaseChange{s.cluster, s.gen}]; ok {

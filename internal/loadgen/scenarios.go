@@ -31,7 +31,7 @@ func (r *runner) slowPhase(ctx context.Context, baseline float64) (*SlowResult, 
 		return nil, err
 	}
 	convErr := r.waitConverged(ctx, r.clients, "the other clients to receive every change with slow consumers present")
-	lat := r.latencies(phase)
+	lat := r.latencies(phase, r.clients)
 	res.SlowP99 = percentile(lat, 99)
 	if baseline > 0 && res.SlowP99 >= 0 {
 		res.P99ChangePct = (res.SlowP99 - baseline) / baseline * 100
@@ -91,17 +91,21 @@ func (r *runner) maxRSS(ctx context.Context) float64 {
 // every client must move forward on reconnect, and measures how long each
 // takes to hold the file's final content again.
 func (r *runner) storm(ctx context.Context) (*StormResult, error) {
-	lc := r.cfg.Lifecycle
-	r.log.Info("reconnect storm: stopping the server", zap.Int("clients", len(r.clients)))
-	if err := lc.Stop(ctx); err != nil {
-		return nil, fmt.Errorf("loadgen: stop server: %w", err)
+	lcs := r.cfg.lifecycles()
+	r.log.Info("reconnect storm: stopping the servers", zap.Int("servers", len(lcs)), zap.Int("clients", len(r.clients)))
+	for _, lc := range lcs {
+		if err := lc.Stop(ctx); err != nil {
+			return nil, fmt.Errorf("loadgen: stop server: %w", err)
+		}
 	}
 	if _, err := r.changes(ctx, 1); err != nil {
 		return nil, err
 	}
 	restart := time.Now()
-	if _, _, err := lc.Start(ctx); err != nil {
-		return nil, fmt.Errorf("loadgen: restart server: %w", err)
+	for _, lc := range lcs {
+		if _, _, err := lc.Start(ctx); err != nil {
+			return nil, fmt.Errorf("loadgen: restart server: %w", err)
+		}
 	}
 	r.log.Info("reconnect storm: server restarted", zap.Duration("start_took", time.Since(restart)))
 	target := r.sh.topo.latest()

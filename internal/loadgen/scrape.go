@@ -214,3 +214,21 @@ func loadAverage() float64 {
 	}
 	return v
 }
+
+// selfMaxRSSMB returns this process's peak resident memory (VmHWM), or -1
+// where /proc does not tell.
+func selfMaxRSSMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if kb, err := strconv.ParseFloat(f[0], 64); err == nil && len(f) == 2 && f[1] == "kB" {
+				return kb / 1024
+			}
+		}
+	}
+	return -1
+}

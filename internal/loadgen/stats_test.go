@@ -4,6 +4,10 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 func TestPercentileIsNearestRank(t *testing.T) {
@@ -70,5 +74,50 @@ func TestFingerprintIgnoresOrderAndTopologyChangesMoveForward(t *testing.T) {
 	}
 	if signed(math.NaN(), 1) != "NA" || signed(-4.44, 1) != "-4.4" || num(-1, 1) != "NA" {
 		t.Fatal("figure formatting")
+	}
+}
+
+func TestVersionBookComparesAcrossReplicasAndCatchesDisagreement(t *testing.T) {
+	a := &anypb.Any{TypeUrl: resource.EndpointType, Value: []byte("assignment a")}
+	b := &anypb.Any{TypeUrl: resource.EndpointType, Value: []byte("assignment b")}
+	sotw := func(version string, anys ...*anypb.Any) *discovery.DiscoveryResponse {
+		return &discovery.DiscoveryResponse{TypeUrl: resource.EndpointType, VersionInfo: version, Resources: anys}
+	}
+	book := newVersionBook()
+	book.sotw(0, sotw("v1", a, b))
+	book.sotw(0, sotw("v1", b, a)) // same replica: compares nothing new
+	if compared, bad, _ := book.result(); compared != 0 || bad != 0 {
+		t.Fatalf("one replica: compared %d, mismatches %d", compared, bad)
+	}
+	book.sotw(1, sotw("v1", b, a)) // the order of resources is not content
+	if compared, bad, _ := book.result(); compared != 1 || bad != 0 {
+		t.Fatalf("two replicas agreeing: compared %d, mismatches %d", compared, bad)
+	}
+
+	// A delta resource's version, and the response's, are compared too.
+	delta := func(version string) *discovery.DeltaDiscoveryResponse {
+		return &discovery.DeltaDiscoveryResponse{TypeUrl: resource.EndpointType, SystemVersionInfo: "s",
+			Resources: []*discovery.Resource{{Name: "svc-0001", Version: version, Resource: a}}}
+	}
+	book.delta(0, delta("r1"))
+	book.delta(1, delta("r2"))
+	book.sotw(2, sotw("v2", a, b))
+	compared, bad, examples := book.result()
+	if compared != 3 || bad != 2 || len(examples) != 2 {
+		t.Fatalf("compared %d, mismatches %d, examples %q", compared, bad, examples)
+	}
+	if !strings.Contains(examples[0], `delta eds resource svc-0001: replica 0 sent version "r1", replica 1 "r2"`) ||
+		!strings.Contains(examples[1], `SotW eds response: replica 0 sent version "v1", replica 2 "v2"`) {
+		t.Fatalf("examples do not name what differed: %q", examples)
+	}
+
+	res := &Result{Clients: 2, Converged: 2, Replicas: []ReplicaResult{{Clients: 1, Converged: 1}, {Clients: 1, Converged: 1}},
+		VersionsCompared: compared, VersionMismatches: bad}
+	if res.OK() || !strings.Contains(res.Line(), " replica_versions_identical=false ") {
+		t.Fatalf("a disagreement passed: ok=%v %s", res.OK(), res.Line())
+	}
+	res.VersionMismatches, res.VersionsCompared = 0, 0
+	if !res.OK() || !strings.Contains(res.Line(), " replica_versions_identical=NA ") {
+		t.Fatalf("nothing compared is not a verdict: ok=%v %s", res.OK(), res.Line())
 	}
 }
