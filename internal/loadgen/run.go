@@ -127,8 +127,9 @@ func (r *Result) Line() string {
 	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
 		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
-	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s loadgen_max_rss_mb=%s",
-		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1), num(r.ToolMaxRSSMB, 0))
+	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s loadgen_cpu_us_per_response=%s loadgen_max_rss_mb=%s",
+		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1),
+		num(r.toolCPUPerResponse(), 1), num(r.ToolMaxRSSMB, 0))
 	if s := r.Slow; s != nil {
 		fmt.Fprintf(&b, " slow_consumers=%d baseline_p99_ms=%s slow_p99_ms=%s slow_p99_change_pct=%s slow_max_rss_mb=%s slow_disconnected=%d/%d slow_disconnect_s=%s",
 			s.Consumers, num(s.BaselineP99, 1), num(s.SlowP99, 1), signed(s.P99ChangePct, 1), num(s.MaxRSSMB, 1),
@@ -149,6 +150,16 @@ func (r *Result) cpuPerResponseWithoutSource() float64 {
 		return -1
 	}
 	return (r.ServerCPUSeconds - r.SourceCPUSeconds) * 1e6 / float64(r.Responses)
+}
+
+// toolCPUPerResponse is this tool's CPU per response its clients received
+// in the change phase: beside the server's figure, it tells whether the
+// simulator or the server used more of the shared machine.
+func (r *Result) toolCPUPerResponse() float64 {
+	if r.Responses <= 0 || r.ToolCPUSeconds < 0 {
+		return -1
+	}
+	return r.ToolCPUSeconds * 1e6 / float64(r.Responses)
 }
 
 // meanMS is the mean of a histogram in seconds between two scrapes, in
