@@ -267,9 +267,8 @@ replica_text() {
 	echo "resources and delta responses, keyed by the bytes received) $agreed."
 	echo "Propagation, p50 / p99: replica 0 $(kv "$line" replica0_p50_ms) / $(kv "$line" replica0_p99_ms) ms ($(kv "$line" replica0_converged) converged), replica 1"
 	echo "$(kv "$line" replica1_p50_ms) / $(kv "$line" replica1_p99_ms) ms ($(kv "$line" replica1_converged)). Both replicas and the simulator share the"
-	echo "machine's cores, so this row is no measure of one replica's capacity; it"
-	echo "shows that clients split over replicas see the same versions and the"
-	echo "same propagation."
+	echo "machine's cores, so this row is no measure of one replica's capacity;"
+	echo "what it compares is what the clients of each replica see."
 }
 
 # simulator_bound: the rows in which the simulator used more CPU than the
