@@ -219,26 +219,8 @@ func (c *client) sotwStream(ctx context.Context) error {
 		}
 		return nil
 	}
-	// A reconnecting client asks again for everything it held, with the
-	// version it held, in dependency order.
-	if c.kind == grpcSotW {
-		c.sotwFor(resource.ListenerType).names = c.dialed
-		for _, t := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
-			if t == resource.ListenerType || len(c.sotwFor(t).names) > 0 {
-				if err := send(t); err != nil {
-					return err
-				}
-			}
-		}
-	} else {
-		if err := send(resource.ClusterType); err != nil {
-			return err
-		}
-		if len(c.sotwFor(resource.EndpointType).names) > 0 {
-			if err := send(resource.EndpointType); err != nil {
-				return err
-			}
-		}
+	if err := c.resubscribe(send); err != nil {
+		return err
 	}
 	for {
 		resp, err := st.Recv()
@@ -291,6 +273,26 @@ func (c *client) sotwStream(ctx context.Context) error {
 	}
 }
 
+// resubscribe opens a SotW stream's subscriptions. A reconnecting client
+// asks again for everything it held, with the version it held, in
+// dependency order.
+func (c *client) resubscribe(send func(typeURL string) error) error {
+	types := []string{resource.ClusterType, resource.EndpointType}
+	if c.kind == grpcSotW {
+		c.sotwFor(resource.ListenerType).names = c.dialed
+		types = []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType}
+	}
+	for _, t := range types {
+		if t != types[0] && len(c.sotwFor(t).names) == 0 {
+			continue
+		}
+		if err := send(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *client) sotwFor(typeURL string) *sotwState {
 	s := c.sotw[typeURL]
 	if s == nil {
@@ -333,22 +335,8 @@ func (c *client) deltaStream(ctx context.Context) error {
 			return err
 		}
 		now := time.Now()
-		if c.sh.book != nil {
-			c.sh.book.delta(c.replica, resp)
-		}
 		typeURL := resp.GetTypeUrl()
-		ds := c.deltaFor(typeURL)
-		anys := make([]*anypb.Any, 0, len(resp.GetResources()))
-		for _, r := range resp.GetResources() {
-			ds.versions[r.GetName()] = r.GetVersion()
-			anys = append(anys, r.GetResource())
-		}
-		for _, name := range resp.GetRemovedResources() {
-			delete(ds.versions, name)
-		}
-		if n := len(resp.GetRemovedResources()); n > 0 {
-			c.withdraw(typeURL, resp.GetRemovedResources(), now)
-		}
+		anys := c.applyDelta(resp, now)
 		var sub, unsub []string
 		switch typeURL {
 		case resource.EndpointType:
@@ -386,6 +374,27 @@ func (c *client) deltaStream(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// applyDelta records the versions a delta response sets and removes, and
+// returns its resources.
+func (c *client) applyDelta(resp *discovery.DeltaDiscoveryResponse, now time.Time) []*anypb.Any {
+	if c.sh.book != nil {
+		c.sh.book.delta(c.replica, resp)
+	}
+	ds := c.deltaFor(resp.GetTypeUrl())
+	anys := make([]*anypb.Any, 0, len(resp.GetResources()))
+	for _, r := range resp.GetResources() {
+		ds.versions[r.GetName()] = r.GetVersion()
+		anys = append(anys, r.GetResource())
+	}
+	for _, name := range resp.GetRemovedResources() {
+		delete(ds.versions, name)
+	}
+	if len(resp.GetRemovedResources()) > 0 {
+		c.withdraw(resp.GetTypeUrl(), resp.GetRemovedResources(), now)
+	}
+	return anys
 }
 
 func (c *client) deltaFor(typeURL string) *deltaState {

@@ -2,8 +2,9 @@
 // measures what operators ask of a control plane at scale: how long an
 // endpoint change takes to reach every subscriber, what each connected client
 // costs the server in memory, how many bytes one change costs, how the server
-// survives a reconnect storm, and whether clients that stop reading hurt the
-// others.
+// survives a reconnect storm, whether clients that stop reading hurt the
+// others, and whether replicas that share no state send clients the same
+// versions for the same content.
 //
 // The clients speak ADS the way the real data planes do: Envoy-like clients
 // subscribe to every cluster (wildcard CDS, then EDS for each cluster, SotW
