@@ -534,7 +534,7 @@ func (r *runner) makeClients() error {
 	// replicas, as a Service spreads them.
 	var shared []*grpc.ClientConn
 	for j := range cfg.Conns {
-		cc, err := r.dial(j%len(r.replicas), nil)
+		cc, err := r.dial(j%len(r.replicas), nil, grpcSotW)
 		if err != nil {
 			return err
 		}
@@ -547,7 +547,7 @@ func (r *runner) makeClients() error {
 		if len(shared) > 0 {
 			conn, rep = shared[i%len(shared)], i%len(shared)%len(r.replicas)
 		} else {
-			cc, err := r.dial(rep, nil)
+			cc, err := r.dial(rep, nil, k)
 			if err != nil {
 				return err
 			}
@@ -570,7 +570,7 @@ func (r *runner) makeClients() error {
 	}
 	for i := range cfg.SlowConsumers {
 		gt := newGate()
-		cc, err := r.dial(0, gt)
+		cc, err := r.dial(0, gt, envoySotW)
 		if err != nil {
 			return err
 		}
@@ -583,7 +583,13 @@ func (r *runner) makeClients() error {
 // dial opens a client connection. Reconnect backoff is short so that a
 // restarted server sees its clients back at once (the storm), as Envoy's
 // 500 ms base backoff also brings them back within a second.
-func (r *runner) dial(replica int, g *gate) (*grpc.ClientConn, error) {
+//
+// Envoy-like clients' connections have Envoy's default HTTP/2 windows,
+// which also keeps grpc-go from estimating the bandwidth-delay product:
+// Envoy sends no such pings, and grpc-go's answer every response with one,
+// which the server must read and acknowledge. gRPC-like clients keep grpc-go's behaviour. Shared
+// connections, which carry every kind, dial as gRPC-like.
+func (r *runner) dial(replica int, g *gate, kind clientKind) (*grpc.ClientConn, error) {
 	addr := r.replicas[replica].xdsAddr
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -597,6 +603,9 @@ func (r *runner) dial(replica int, g *gate) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+	if kind != grpcSotW {
+		opts = append(opts, grpc.WithInitialWindowSize(envoyStreamWindow), grpc.WithInitialConnWindowSize(envoyConnWindow))
+	}
 	if g != nil {
 		opts = append(opts, grpc.WithContextDialer(g.dialer()))
 	}
@@ -607,6 +616,13 @@ func (r *runner) dial(replica int, g *gate) (*grpc.ClientConn, error) {
 	r.conns = append(r.conns, cc)
 	return cc, nil
 }
+
+// Envoy's default initial windows (Http2ProtocolOptions
+// initial_stream_window_size and initial_connection_window_size).
+const (
+	envoyStreamWindow = 16 << 20
+	envoyConnWindow   = 24 << 20
+)
 
 // startClients starts the clients in batches, so the listen backlog is
 // not what is measured.
