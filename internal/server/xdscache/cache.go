@@ -244,13 +244,16 @@ func (c *Cache) Resources() map[string][]byte {
 // versions its subscription held when the response was built, with sent
 // set and removed dropped.
 //
-// The update is applied to known in place, when the stream asks for it,
-// which go-control-plane's servers do only as they send the response: a
-// SotW stream drops a response a request overtakes, and the next watch must
-// then see known as it was. By then the watch that built the response has
-// left the cache, and the stream changes its subscription only from its
-// own goroutine, so nothing else reads known. Copying it instead cost every
-// response a map of the client's whole subscription.
+// For SotW the update is applied to the stream's own map in place, when
+// the stream asks for it, which go-control-plane's servers do only as they
+// send the response: a SotW stream drops a response a request overtakes,
+// and the next watch must then see the map as it was. A SotW stream never
+// sends a response once it has armed another watch of that type (ADS
+// cancels the watch, then drops what it queued; a per-type stream
+// abandons the channel), so nothing else reads the map meanwhile. Copying
+// it instead cost every response a map of the client's whole
+// subscription. A delta stream can send a queued response after arming
+// its next watch, so delta responses apply to a copy (respond).
 type returned struct {
 	known   map[string]string
 	sent    []*entry

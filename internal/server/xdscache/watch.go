@@ -2,6 +2,7 @@ package xdscache
 
 import (
 	"context"
+	"maps"
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -51,7 +52,15 @@ func (c *Cache) respond(w *watch, modified map[string]struct{}, replyEvenIfEmpty
 	default:
 		send = c.subscribed(w.sub)
 	}
-	returned := &returned{known: w.sub.ReturnedResources(), sent: send, removed: removed, delta: delta}
+	returned := &returned{known: w.sub.ReturnedResources(), sent: send, removed: removed}
+	if delta {
+		// A delta stream may send this response after it armed its next
+		// watch on the same map (it flushes queued responses before a
+		// request, and this one can be queued just after): the response
+		// gets its own copy, as LinearCache's do.
+		returned.known = maps.Clone(returned.known)
+		returned.delta = true
+	}
 	version := c.versionString()
 	if delta {
 		w.deltaOut <- &deltaResponse{req: c.deltaRequest, resources: send, removed: removed, returned: returned, version: version}
