@@ -94,41 +94,12 @@ func recvDelta(t *testing.T, s discovery.AggregatedDiscoveryService_DeltaAggrega
 	return nil
 }
 
-// noDelta asserts that nothing arrives within d; it leaves a receive
-// goroutine behind, which the test's end cleans up.
-func noDelta(t *testing.T, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, d time.Duration) {
-	t.Helper()
-	ch := make(chan *discovery.DeltaDiscoveryResponse, 1)
-	go func() {
-		r, err := s.Recv()
-		if err == nil {
-			ch <- r
-		}
-	}()
-	select {
-	case r := <-ch:
-		t.Fatalf("unexpected delta response: resources %v removed %v", deltaNames(r), r.GetRemovedResources())
-	case <-time.After(d):
-	}
-}
-
 func deltaNames(r *discovery.DeltaDiscoveryResponse) []string {
 	var out []string
 	for _, res := range r.GetResources() {
 		out = append(out, res.GetName()+"@"+res.GetVersion()[:8])
 	}
 	return out
-}
-
-func waitWatches(t *testing.T, c *Cache, n int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for c.NumWatches() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("NumWatches %d, want %d", c.NumWatches(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func update(t *testing.T, c interface {
