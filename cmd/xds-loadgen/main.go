@@ -102,6 +102,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after forcing the server's GC before reading its memory")
 	fs.StringVar(&c.HeapProfile, "heap-profile", "", "save the server's heap profile here once every client converged (needs /debug/pprof)")
 	fs.StringVar(&c.ToolCPUProfile, "loadgen-cpu-profile", "", "save this tool's own CPU profile over the change phase here")
+	fs.StringVar(&c.GoroutineProfile, "goroutine-profile", "", "save the server's goroutine profile here once every client converged (needs /debug/pprof)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	fs.BoolVar(&o.keepFile, "keep-file", false, "keep the temporary endpoints file and server log")
 	fs.Usage = func() {

@@ -89,6 +89,10 @@ type Config struct {
 	// HeapProfile, if set, saves the server's heap profile once every
 	// client has converged, after forced collections.
 	HeapProfile string
+	// GoroutineProfile, if set, saves the server's goroutine profile at
+	// the same moment as HeapProfile: what each client costs in stacks is
+	// read from which goroutines it adds.
+	GoroutineProfile string
 
 	// Logger receives progress; nil discards it.
 	Logger *zap.Logger

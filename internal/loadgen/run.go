@@ -278,6 +278,11 @@ func (r *runner) run(ctx context.Context, wg *sync.WaitGroup) (*Result, error) {
 			r.log.Warn("no server heap profile", zap.Error(err))
 		}
 	}
+	if cfg.GoroutineProfile != "" && r.dbg != nil {
+		if err := r.dbg.saveProfile(ctx, "/debug/pprof/goroutine", cfg.GoroutineProfile, 30*time.Second); err != nil {
+			r.log.Warn("no server goroutine profile", zap.Error(err))
+		}
+	}
 	if cfg.OnConverged != nil {
 		cfg.OnConverged()
 	}
