@@ -122,7 +122,7 @@ type TypeStatus struct {
 	// sorted by name; ackedSeq the last response of the type it accepted;
 	// sotwNames a SotW stream's subscription (held.go).
 	held      []heldResource
-	ackedSeq  uint64
+	ackedSeq  uint32
 	sotwNames []string
 }
 
@@ -154,7 +154,7 @@ type client struct {
 	// client keeps, not the one it rejected.
 	sentByNonce map[string]sentResponse
 	// responses counts the responses sent, numbering them (held.go).
-	responses uint64
+	responses uint32
 	// clusters are the CDS names the client subscribes to (all published
 	// clusters when cdsWildcard), the clusters its verdicts are about.
 	clusters    map[string]struct{}

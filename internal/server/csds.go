@@ -225,7 +225,7 @@ func (c *client) appendXdsConfigs(out []*statusv3.ClientConfig_GenericXdsConfig,
 			out = append(out, heldConfig(typeURL, h, ts.ackedSeq, budget))
 		}
 		for _, name := range ts.requestedNames() {
-			if _, held := findHeld(ts.held, []byte(name)); !held {
+			if _, held := findHeld(ts.held, name); !held {
 				out = append(out, &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name,
 					ConfigStatus: statusv3.ConfigStatus_NOT_SENT, ClientStatus: admin.ClientResourceStatus_REQUESTED})
 			}
@@ -257,22 +257,23 @@ func (ts *TypeStatus) requestedNames() []string {
 	return ts.sotwNames
 }
 
-func heldConfig(typeURL string, h heldResource, ackedSeq uint64, budget *int) *statusv3.ClientConfig_GenericXdsConfig {
-	g := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: string(h.name()), VersionInfo: h.resp.version,
-		LastUpdated: timestamppb.New(h.resp.at)}
+func heldConfig(typeURL string, h heldResource, ackedSeq uint32, budget *int) *statusv3.ClientConfig_GenericXdsConfig {
+	version := h.resp.version.Value()
+	g := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: h.name(), VersionInfo: version,
+		LastUpdated: timestamppb.New(h.resp.sentAt())}
 	switch h.state(ackedSeq) {
 	case answerACK:
 		g.ConfigStatus, g.ClientStatus = statusv3.ConfigStatus_SYNCED, admin.ClientResourceStatus_ACKED
 	case answerNACK:
 		g.ConfigStatus, g.ClientStatus = statusv3.ConfigStatus_ERROR, admin.ClientResourceStatus_NACKED
-		g.ErrorState = &admin.UpdateFailureState{LastUpdateAttempt: timestamppb.New(h.resp.nackAt),
-			Details: h.resp.nackMessage, VersionInfo: h.resp.version}
+		g.ErrorState = &admin.UpdateFailureState{LastUpdateAttempt: timestamppb.New(h.resp.nack.at),
+			Details: h.resp.nack.message, VersionInfo: version}
 	default:
 		g.ConfigStatus, g.ClientStatus = statusv3.ConfigStatus_STALE, admin.ClientResourceStatus_REQUESTED
 	}
-	if n := len(h.value); h.value != nil && n <= *budget {
+	if n := len(h.v.value); !h.v.claimed && n <= *budget {
 		*budget -= n
-		g.XdsConfig = &anypb.Any{TypeUrl: typeURL, Value: h.value}
+		g.XdsConfig = &anypb.Any{TypeUrl: typeURL, Value: h.v.value}
 	}
 	return g
 }

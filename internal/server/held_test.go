@@ -2,9 +2,11 @@ package server
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -26,7 +28,7 @@ func claAny(t *testing.T, name string) *anypb.Any {
 func heldStates(ts *TypeStatus) map[string]answer {
 	out := map[string]answer{}
 	for _, h := range ts.held {
-		out[string(h.name())] = h.state(ts.ackedSeq)
+		out[h.name()] = h.state(ts.ackedSeq)
 	}
 	return out
 }
@@ -38,7 +40,7 @@ func heldStates(ts *TypeStatus) map[string]answer {
 func TestHeldResourcesFollowResponses(t *testing.T) {
 	var ts TypeStatus
 	at := time.Unix(0, 0)
-	r1, r2, r3 := &response{seq: 1, at: at}, &response{seq: 2, at: at}, &response{seq: 3, at: at}
+	r1, r2, r3 := &response{seq: 1}, &response{seq: 2}, &response{seq: 3}
 	ts.holdSotW("eds", []*anypb.Any{claAny(t, "b"), claAny(t, "a")}, r1)
 	ts.holdSotW("eds", []*anypb.Any{claAny(t, "c")}, r2)
 	ts.answered(r2, true, "bad c", at)
@@ -52,7 +54,7 @@ func TestHeldResourcesFollowResponses(t *testing.T) {
 	}
 	var names []string
 	for _, h := range ts.held {
-		names = append(names, string(h.name()))
+		names = append(names, h.name())
 	}
 	if !slices.Equal(names, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("held not sorted by name: %v", names)
@@ -97,4 +99,36 @@ func TestHoldingAHeldResourceAgainAllocatesOnlyItsList(t *testing.T) {
 	if got := heldStates(&ts); len(got) != 100 {
 		t.Fatalf("%d resources held, want 100", len(got))
 	}
+}
+
+// Streams sent one version of a resource share what they hold of it, and
+// the table forgets it once no stream holds it, though the cache may keep
+// the bytes.
+func TestHeldValuesAreSharedThenForgotten(t *testing.T) {
+	b := claAny(t, "shared").GetValue()
+	func() {
+		a := heldValues.intern(b)
+		if again := heldValues.intern(b); again != a || a.name != "shared" {
+			t.Fatalf("interned twice: %p %p, name %q", a, again, a.name)
+		}
+		if copied := heldValues.intern(slices.Clone(b)); copied == a {
+			t.Fatal("bytes at another address share the entry of the first")
+		}
+	}()
+	k := valueKey{uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		heldValues.mu.Lock()
+		_, kept := heldValues.m[k]
+		heldValues.mu.Unlock()
+		if !kept {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry of a value no stream holds is kept")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	runtime.KeepAlive(b)
 }

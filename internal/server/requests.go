@@ -3,6 +3,7 @@ package server
 import (
 	"slices"
 	"time"
+	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -290,7 +291,7 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 	case slices.Contains(req.removed, "*"):
 		ts.Wildcard = false
 		ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
-			_, kept := ts.deltaNames[string(h.name())]
+			_, kept := ts.deltaNames[h.name()]
 			return !kept
 		})
 	}
@@ -335,7 +336,7 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int, hol
 	// version it rejected.
 	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
 	c.responses++
-	resp := &response{seq: c.responses, version: version, at: ts.SentAt}
+	resp := &response{seq: c.responses, version: unique.Make(version), at: ts.SentAt.UnixNano()}
 	hold(ts, resp)
 	ts.awaitingAnswer = true
 	if c.sentByNonce == nil {
