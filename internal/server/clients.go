@@ -112,18 +112,18 @@ type TypeStatus struct {
 	// the only time go-control-plane ignores a SotW request naming another
 	// nonce.
 	awaitingAnswer bool
-	// deltaNames is a delta stream's subscription, which its requests
-	// change by difference.
-	deltaNames map[string]struct{}
+	// names is the subscription: a SotW stream's as its last request
+	// listed it, a delta stream's, which its requests change by
+	// difference, sorted.
+	names nameList
 	// initialNames: the resources a delta client said it held when the
 	// type's subscription began, counted against the names limits.
 	initialNames int
 	// held is every resource of the type the client was sent and holds,
-	// sorted by name; ackedSeq the last response of the type it accepted;
-	// sotwNames a SotW stream's subscription (held.go).
-	held      []heldResource
-	ackedSeq  uint32
-	sotwNames []string
+	// sorted by name; ackedSeq the last response of the type it accepted
+	// (held.go).
+	held     []heldResource
+	ackedSeq uint32
 }
 
 // Nack is a response a client rejected.

@@ -246,15 +246,7 @@ func (ts *TypeStatus) requestedNames() []string {
 	if ts.Wildcard {
 		return nil
 	}
-	if ts.deltaNames != nil {
-		names := make([]string, 0, len(ts.deltaNames))
-		for n := range ts.deltaNames {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		return names
-	}
-	return ts.sotwNames
+	return ts.names.slice()
 }
 
 func heldConfig(typeURL string, h heldResource, ackedSeq uint32, budget *int) *statusv3.ClientConfig_GenericXdsConfig {

@@ -285,18 +285,14 @@ func (ts *TypeStatus) drop(name string) {
 // them again on a new subscription). Only a changed subscription is
 // compared, so a steady stream pays nothing.
 func (ts *TypeStatus) keepSubscribed(names []string) {
-	if ts.Wildcard || slices.Equal(ts.sotwNames, names) {
-		ts.sotwNames = names
+	if ts.names.equal(names) {
 		return
 	}
-	ts.sotwNames = names
-	if len(ts.held) == 0 {
+	ts.names = makeNameList(names)
+	if ts.Wildcard || len(ts.held) == 0 {
 		return
 	}
-	want := make(map[string]struct{}, len(names))
-	for _, n := range names {
-		want[n] = struct{}{}
-	}
+	want := ts.names.set()
 	ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
 		_, ok := want[h.name()]
 		return !ok

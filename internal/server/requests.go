@@ -271,18 +271,8 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 		ts.keepSubscribed(req.names)
 		return
 	}
-	if ts.deltaNames == nil {
-		ts.deltaNames = make(map[string]struct{}, len(req.names))
-	}
-	for _, name := range req.names {
-		if name != "*" {
-			ts.deltaNames[name] = struct{}{}
-		}
-	}
-	for _, name := range req.removed {
-		delete(ts.deltaNames, name)
-	}
-	ts.Subscribed = len(ts.deltaNames)
+	ts.names = ts.names.update(req.names, req.removed)
+	ts.Subscribed = ts.names.len()
 	switch {
 	case first:
 		ts.Wildcard = explicit || legacy && len(req.names) == 0
@@ -290,9 +280,10 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 		ts.Wildcard = true
 	case slices.Contains(req.removed, "*"):
 		ts.Wildcard = false
+		kept := ts.names.set()
 		ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
-			_, kept := ts.deltaNames[h.name()]
-			return !kept
+			_, ok := kept[h.name()]
+			return !ok
 		})
 	}
 	if !ts.Wildcard {
