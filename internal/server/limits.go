@@ -339,15 +339,43 @@ func (connTagger) HandleRPC(context.Context, stats.RPCStats)                    
 // streamInterceptor refuses streams over the per-connection limit or on a
 // connection over the connection rate, and names the message size limit
 // when a request exceeds it.
+//
+// Its frame stays on the stack of every stream's handler for the stream's
+// life, under go-control-plane's loop: the checks are in admitStream, so
+// that this frame is small enough for the runtime to shrink a handler's
+// stack back from 16 KB to 8 KB once a push that grew it is done.
 func (l *limiter) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ls, err := l.admitStream(ss)
+	if ls == nil {
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+	// No defer: a panicking handler ends the process (gRPC does not
+	// recover it), and a defer record would sit in this frame.
+	err = handler(srv, ls)
+	ls.cs.streams.Add(-1)
+	if ls.err != nil {
+		return ls.err
+	}
+	return err
+}
+
+// admitStream returns the stream to hand the handler, counted on its
+// connection, or the status refusing it. Neither, for a stream on no
+// connection the limiter tracks.
+//
+//go:noinline
+func (l *limiter) admitStream(ss grpc.ServerStream) (*limitedStream, error) {
 	cs := connFrom(ss.Context())
 	if cs == nil {
-		return handler(srv, ss)
+		return nil, nil
 	}
 	if rc := cs.refused; rc != nil {
 		// Let the status go out, then close.
 		time.AfterFunc(refusedLinger, func() { _ = rc.Close() })
-		return l.refuse(cs, LimitConnectionRate, codes.ResourceExhausted, "",
+		return nil, l.refuse(cs, LimitConnectionRate, codes.ResourceExhausted, "",
 			"more than %g new connections per second (burst %d); retry with backoff", l.limits.ConnectionsPerSecond, l.limits.ConnectionBurst)
 	}
 	n := cs.streams.Add(1)
@@ -363,15 +391,9 @@ func (l *limiter) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.Strea
 		case <-ss.Context().Done():
 		case <-time.After(refusalHold):
 		}
-		return err
+		return nil, err
 	}
-	defer cs.streams.Add(-1)
-	ls := &limitedStream{ServerStream: ss, l: l, cs: cs}
-	err := handler(srv, ls)
-	if ls.err != nil {
-		return ls.err
-	}
-	return err
+	return &limitedStream{ServerStream: ss, l: l, cs: cs}, nil
 }
 
 // unaryInterceptor holds unary calls (CSDS FetchClientStatus, the only one
