@@ -149,10 +149,10 @@ type client struct {
 	mu         sync.Mutex
 	status     ClientStatus
 	identified bool
-	// sentByNonce remembers the version of each response not answered yet:
+	// sent remembers each response not answered yet, in the order sent:
 	// delta ACKs carry only the nonce, and a SotW NACK names the version the
 	// client keeps, not the one it rejected.
-	sentByNonce map[string]sentResponse
+	sent []sentResponse
 	// responses counts the responses sent, numbering them (held.go).
 	responses uint32
 	// clusters are the CDS names the client subscribes to (all published

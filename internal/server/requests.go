@@ -49,9 +49,25 @@ func slimNode(n *core.Node) {
 
 // sentResponse is a response sent and not answered yet.
 type sentResponse struct {
-	typeURL, version string
-	// resp is what the resources it carried remember of it (held.go).
+	nonce, typeURL string
+	// resp is what the resources it carried remember of it (held.go),
+	// its version among it.
 	resp *response
+}
+
+// findSent returns where the unanswered response with nonce is in c.sent,
+// or -1. A client answers each response, so there are few.
+func (c *client) findSent(nonce string) int {
+	return slices.IndexFunc(c.sent, func(s sentResponse) bool { return s.nonce == nonce })
+}
+
+// forgetSent drops c.sent[i], and the list once it is empty: at rest every
+// response is answered, and a stream keeps nothing for them.
+func (c *client) forgetSent(i int) {
+	c.sent = slices.Delete(c.sent, i, i+1)
+	if len(c.sent) == 0 {
+		c.sent = nil
+	}
 }
 
 // xdsRequest is what the registry reads of one SotW or delta request.
@@ -195,9 +211,9 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		// processed, it takes any nonce until the next response). Only a
 		// rejection of a response that was sent is worth counting: the
 		// client refused config, even if it is superseded.
-		if s, sent := c.sentByNonce[req.nonce]; sent && s.typeURL == req.typeURL && req.nack {
-			r.recordNACK(c, ts, req, s)
-			delete(c.sentByNonce, req.nonce)
+		if i := c.findSent(req.nonce); i >= 0 && c.sent[i].typeURL == req.typeURL && req.nack {
+			r.recordNACK(c, ts, req, c.sent[i])
+			c.forgetSent(i)
 		}
 		return false, fixNone, ""
 	}
@@ -215,14 +231,15 @@ func (r *registry) record(c *client, req xdsRequest) (reassess bool, fix version
 		}
 		return reassess, fix, ""
 	}
-	s, known := c.sentByNonce[req.nonce]
-	if !known || s.typeURL != req.typeURL {
+	i := c.findSent(req.nonce)
+	if i < 0 || c.sent[i].typeURL != req.typeURL {
 		// A nonce never sent, already answered, or sent with another
 		// type: go-control-plane does not take it as an answer either.
 		return reassess, fixNone, ""
 	}
-	sent := s.version
-	delete(c.sentByNonce, req.nonce)
+	s := c.sent[i]
+	sent := s.resp.version.Value()
+	c.forgetSent(i)
 	if req.nonce == ts.SentNonce {
 		ts.AnswerLatency = r.now().Sub(ts.SentAt)
 	}
@@ -299,7 +316,7 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 // nackLogEvery, with the count of those not logged since.
 func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, s sentResponse) {
 	kind, short := string(c.status.Kind), shortType(req.typeURL)
-	now, rejected := r.now(), s.version
+	now, rejected := r.now(), s.resp.version.Value()
 	ts.Nacks++
 	message := truncate(req.nackMessage, maxReasonBytes)
 	ts.answered(s.resp, true, message, now)
@@ -325,26 +342,21 @@ func (r *registry) sent(c *client, typeURL, version, nonce string, size int, hol
 	// A superseded SotW response stays remembered: go-control-plane
 	// ignores its answer, but a rejection of it is still counted with the
 	// version it rejected.
-	ts.SentVersion, ts.SentNonce, ts.SentAt = version, nonce, r.now()
+	v := unique.Make(version)
+	ts.SentVersion, ts.SentNonce, ts.SentAt = v.Value(), nonce, r.now()
 	c.responses++
-	resp := &response{seq: c.responses, version: unique.Make(version), at: ts.SentAt.UnixNano()}
+	resp := &response{seq: c.responses, version: v, at: ts.SentAt.UnixNano()}
 	hold(ts, resp)
 	ts.awaitingAnswer = true
-	if c.sentByNonce == nil {
-		c.sentByNonce = make(map[string]sentResponse, 4)
-	}
-	if len(c.sentByNonce) >= maxNonces {
+	if len(c.sent) >= maxNonces {
 		// Forget all but each type's latest response, which the client
 		// has yet to answer.
-		latest := make(map[string]sentResponse, len(c.status.Types))
-		for _, other := range c.status.Types {
-			if v, ok := c.sentByNonce[other.SentNonce]; ok {
-				latest[other.SentNonce] = v
-			}
-		}
-		c.sentByNonce = latest
+		c.sent = slices.DeleteFunc(c.sent, func(s sentResponse) bool {
+			other := c.status.Types[shortType(s.typeURL)]
+			return other == nil || other.SentNonce != s.nonce
+		})
 	}
-	c.sentByNonce[nonce] = sentResponse{typeURL: typeURL, version: version, resp: resp}
+	c.sent = append(c.sent, sentResponse{nonce: nonce, typeURL: typeURL, resp: resp})
 	kind, short := string(c.status.Kind), shortType(typeURL)
 	r.metrics.pushes.WithLabelValues(kind, short, c.status.Protocol).Inc()
 	r.metrics.bytesSent.WithLabelValues(kind, short, c.status.Protocol).Add(float64(size))
