@@ -122,7 +122,7 @@ type TypeStatus struct {
 	// held is every resource of the type the client was sent and holds,
 	// sorted by name; ackedSeq the last response of the type it accepted
 	// (held.go).
-	held     []heldResource
+	held     heldSet
 	ackedSeq uint32
 }
 

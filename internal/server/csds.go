@@ -221,11 +221,11 @@ func (c *client) appendXdsConfigs(out []*statusv3.ClientConfig_GenericXdsConfig,
 	slices.SortFunc(shorts, func(a, b string) int { return cmp.Compare(typeOrder(a), typeOrder(b)) })
 	for _, short := range shorts {
 		ts, typeURL := c.status.Types[short], typeURLs[short]
-		for _, h := range ts.held {
-			out = append(out, heldConfig(typeURL, h, ts.ackedSeq, budget))
+		for i := range ts.held.len() {
+			out = append(out, heldConfig(typeURL, ts.held.at(i), ts.ackedSeq, budget))
 		}
 		for _, name := range ts.requestedNames() {
-			if _, held := findHeld(ts.held, name); !held {
+			if _, held := ts.held.find(name); !held {
 				out = append(out, &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name,
 					ConfigStatus: statusv3.ConfigStatus_NOT_SENT, ClientStatus: admin.ClientResourceStatus_REQUESTED})
 			}

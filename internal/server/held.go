@@ -1,14 +1,10 @@
 package server
 
 import (
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unique"
-	"unsafe"
-	"weak"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -19,13 +15,12 @@ import (
 // registry's per-type status says whether the last response of a type was
 // accepted, CSDS answers per resource.
 //
-// Every stream of a fleet keeps this, so it is kept small. A held resource
-// costs 16 bytes: a pointer to the resource's version, which every stream
-// sent that version shares (heldValues), and a pointer to the response
-// that carried it, which all the resources that response carried share.
+// Every stream of a fleet keeps this, so it is kept small (heldset.go):
+// the versions held are shared by the streams holding them, and a
+// resource costs a stream nothing of its own while one response carried
+// all it holds of the type, 8 bytes once pushes carried them one by one.
 // A response costs 32 bytes; its version string is interned, since every
-// client of a kind is sent the same versions. A client holding 200
-// resources costs some 3 KB; an Envoy holding 10,000 clusters, 160 KB.
+// client of a kind is sent the same versions.
 
 // answer is what a client said of one response.
 type answer uint8
@@ -68,71 +63,6 @@ type heldResource struct {
 
 func (h heldResource) name() string { return h.v.name }
 
-// heldValue is one version of one resource, as a stream was sent it.
-type heldValue struct {
-	// value is the marshalled resource: the cache's own copy, which
-	// go-control-plane marshals once for every stream.
-	value []byte
-	name  string
-	// claimed marks a resource a delta client said it held when it
-	// (re)connected (initial_resource_versions), which this stream never
-	// sent: value is nil then, and the response carries the client's
-	// version.
-	claimed bool
-}
-
-// valueTable interns heldValues by the address of the bytes they carry:
-// the cache hands every stream the same bytes for one version of a
-// resource, so every stream holding it shares one heldValue, which lives
-// as long as one of them holds it.
-type valueTable struct {
-	mu sync.Mutex
-	m  map[valueKey]weak.Pointer[heldValue]
-}
-
-// valueKey is where a value's bytes are. An address keeps nothing alive,
-// and while its entry's heldValue lives it holds the bytes, so the address
-// is not reused for other bytes before the entry reads as dead.
-type valueKey struct {
-	addr uintptr
-	n    int
-}
-
-type valueEntry struct {
-	k valueKey
-	p weak.Pointer[heldValue]
-}
-
-var heldValues = valueTable{m: make(map[valueKey]weak.Pointer[heldValue])}
-
-// intern returns the heldValue for b.
-func (t *valueTable) intern(b []byte) *heldValue {
-	if len(b) == 0 {
-		return &heldValue{value: b}
-	}
-	k := valueKey{uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if v := t.m[k].Value(); v != nil {
-		return v
-	}
-	v := &heldValue{value: b, name: string(resourceNameBytes(b))}
-	p := weak.Make(v)
-	t.m[k] = p
-	runtime.AddCleanup(v, t.forget, valueEntry{k, p})
-	return v
-}
-
-// forget drops the entry of a collected value, unless a value since
-// interned at the same address replaced it.
-func (t *valueTable) forget(e valueEntry) {
-	t.mu.Lock()
-	if t.m[e.k] == e.p {
-		delete(t.m, e.k)
-	}
-	t.mu.Unlock()
-}
-
 // state is how CSDS reports a held resource. A SotW client that accepts a
 // response accepts all it holds of the type, so a resource whose own
 // response went unanswered (superseded before the client answered it) is
@@ -170,12 +100,6 @@ func resourceNameBytes(b []byte) []byte {
 	return nil
 }
 
-// findHeld returns where name is, or would be, in held, which is sorted by
-// name.
-func findHeld(held []heldResource, name string) (int, bool) {
-	return slices.BinarySearchFunc(held, name, func(h heldResource, name string) int { return strings.Compare(h.name(), name) })
-}
-
 func byName(a, b heldResource) int { return strings.Compare(a.name(), b.name()) }
 
 // fullStateType reports whether a SotW response of the type lists every
@@ -186,18 +110,14 @@ func fullStateType(short string) bool { return short == "cds" || short == "lds" 
 // holdSotW records the resources of a SotW response: all the client now
 // holds of a full-state type, else those it replaces or adds.
 func (ts *TypeStatus) holdSotW(short string, resources []*anypb.Any, resp *response) {
-	if fullStateType(short) {
-		held := make([]heldResource, 0, len(resources))
-		for _, a := range resources {
-			held = append(held, heldResource{heldValues.intern(a.GetValue()), resp})
-		}
-		slices.SortFunc(held, byName)
-		ts.held = held
-		return
-	}
 	add := make([]heldResource, 0, len(resources))
 	for _, a := range resources {
-		add = append(add, heldResource{heldValues.intern(a.GetValue()), resp})
+		add = append(add, heldResource{internValue(a.GetValue()), resp})
+	}
+	if fullStateType(short) {
+		slices.SortFunc(add, byName)
+		ts.held.set(slices.CompactFunc(add, func(a, b heldResource) bool { return a.name() == b.name() }))
+		return
 	}
 	ts.holdAll(add)
 }
@@ -207,12 +127,10 @@ func (ts *TypeStatus) holdSotW(short string, resources []*anypb.Any, resp *respo
 func (ts *TypeStatus) holdDelta(resources []*discovery.Resource, removed []string, resp *response) {
 	add := make([]heldResource, 0, len(resources))
 	for _, r := range resources {
-		add = append(add, heldResource{heldValues.intern(r.GetResource().GetValue()), resp})
+		add = append(add, heldResource{internValue(r.GetResource().GetValue()), resp})
 	}
 	ts.holdAll(add)
-	for _, name := range removed {
-		ts.drop(name)
-	}
+	ts.drop(removed)
 }
 
 // holdClaimed records the resources a delta client says it holds as it
@@ -241,43 +159,64 @@ func (ts *TypeStatus) holdAll(add []heldResource) {
 		}
 		dedup = append(dedup, h)
 	}
-	// Resources the stream holds already are replaced in place: a push of
-	// a few changed resources, the common case, then allocates nothing.
-	fresh := dedup[:0]
-	for _, h := range dedup {
-		if i, found := findHeld(ts.held, h.name()); found {
-			ts.held[i] = h
-		} else {
-			fresh = append(fresh, h)
-		}
-	}
+	fresh := ts.replaceHeld(dedup)
 	if len(fresh) == 0 {
 		return
 	}
-	dedup = fresh
-	merged := make([]heldResource, 0, len(ts.held)+len(dedup))
+	held := ts.held.list()
+	merged := make([]heldResource, 0, len(held)+len(fresh))
 	i, j := 0, 0
-	for i < len(ts.held) && j < len(dedup) {
-		switch c := byName(ts.held[i], dedup[j]); {
-		case c < 0:
-			merged = append(merged, ts.held[i])
+	for i < len(held) && j < len(fresh) {
+		if byName(held[i], fresh[j]) < 0 {
+			merged = append(merged, held[i])
 			i++
-		case c > 0:
-			merged = append(merged, dedup[j])
+		} else {
+			merged = append(merged, fresh[j])
 			j++
-		default:
-			merged = append(merged, dedup[j])
-			i, j = i+1, j+1
 		}
 	}
-	merged = append(merged, ts.held[i:]...)
-	ts.held = append(merged, dedup[j:]...)
+	merged = append(merged, held[i:]...)
+	ts.held.set(append(merged, fresh[j:]...))
 }
 
-func (ts *TypeStatus) drop(name string) {
-	if i, found := findHeld(ts.held, name); found {
-		ts.held = slices.Delete(ts.held, i, i+1)
+// replaceHeld replaces the resources of add, sorted by name, that the
+// stream holds already, and returns the others. A push of a few changed
+// resources, the common case, builds the list of versions the streams
+// sent it hold once, for the first of them.
+func (ts *TypeStatus) replaceHeld(add []heldResource) (fresh []heldResource) {
+	var changes []heldChange
+	fresh = add[:0]
+	for _, h := range add {
+		i, found := ts.held.find(h.name())
+		if !found {
+			fresh = append(fresh, h)
+			continue
+		}
+		if ts.held.vals.v[i] != h.v {
+			changes = append(changes, heldChange{i, h.v})
+		}
+		ts.held.carriedBy(i, h.resp)
 	}
+	if len(changes) > 0 {
+		ts.held.vals = ts.held.vals.with(changes)
+	}
+	ts.held.settle()
+	return fresh
+}
+
+// drop forgets the named resources: the client no longer holds them.
+func (ts *TypeStatus) drop(names []string) {
+	if len(names) == 0 || ts.held.len() == 0 {
+		return
+	}
+	gone := make(map[string]struct{}, len(names))
+	for _, name := range names {
+		gone[name] = struct{}{}
+	}
+	ts.held.keep(func(name string) bool {
+		_, ok := gone[name]
+		return !ok
+	})
 }
 
 // keepSubscribed forgets the held resources a SotW subscription no longer
@@ -289,13 +228,13 @@ func (ts *TypeStatus) keepSubscribed(names []string) {
 		return
 	}
 	ts.names = makeNameList(names)
-	if ts.Wildcard || len(ts.held) == 0 {
+	if ts.Wildcard || ts.held.len() == 0 {
 		return
 	}
 	want := ts.names.set()
-	ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
-		_, ok := want[h.name()]
-		return !ok
+	ts.held.keep(func(name string) bool {
+		_, ok := want[name]
+		return ok
 	})
 }
 

@@ -16,7 +16,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 )
 
-func claAny(t *testing.T, name string) *anypb.Any {
+func claAny(t testing.TB, name string) *anypb.Any {
 	t.Helper()
 	b, err := cache.MarshalResource(&endpointv3.ClusterLoadAssignment{ClusterName: name})
 	if err != nil {
@@ -27,7 +27,8 @@ func claAny(t *testing.T, name string) *anypb.Any {
 
 func heldStates(ts *TypeStatus) map[string]answer {
 	out := map[string]answer{}
-	for _, h := range ts.held {
+	for i := range ts.held.len() {
+		h := ts.held.at(i)
 		out[h.name()] = h.state(ts.ackedSeq)
 	}
 	return out
@@ -53,8 +54,8 @@ func TestHeldResourcesFollowResponses(t *testing.T) {
 		t.Fatalf("after the ACK of the last response: %v", got)
 	}
 	var names []string
-	for _, h := range ts.held {
-		names = append(names, h.name())
+	for i := range ts.held.len() {
+		names = append(names, ts.held.at(i).name())
 	}
 	if !slices.Equal(names, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("held not sorted by name: %v", names)
@@ -107,11 +108,11 @@ func TestHoldingAHeldResourceAgainAllocatesOnlyItsList(t *testing.T) {
 func TestHeldValuesAreSharedThenForgotten(t *testing.T) {
 	b := claAny(t, "shared").GetValue()
 	func() {
-		a := heldValues.intern(b)
-		if again := heldValues.intern(b); again != a || a.name != "shared" {
+		a := internValue(b)
+		if again := internValue(b); again != a || a.name != "shared" {
 			t.Fatalf("interned twice: %p %p, name %q", a, again, a.name)
 		}
-		if copied := heldValues.intern(slices.Clone(b)); copied == a {
+		if copied := internValue(slices.Clone(b)); copied == a {
 			t.Fatal("bytes at another address share the entry of the first")
 		}
 	}()
@@ -131,4 +132,34 @@ func TestHeldValuesAreSharedThenForgotten(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	runtime.KeepAlive(b)
+}
+
+// Streams sent the same versions share the list of them, each with its
+// own responses; a push carrying one resource gives the stream a response
+// per resource, and one response carrying all of them again, one only.
+func TestStreamsShareWhatTheyHold(t *testing.T) {
+	var all []*anypb.Any
+	for i := range 10 {
+		all = append(all, claAny(t, fmt.Sprintf("svc-%d", i)))
+	}
+	var a, b TypeStatus
+	ra, rb := &response{seq: 1}, &response{seq: 1}
+	a.holdSotW("eds", all, ra)
+	b.holdSotW("eds", slices.Clone(all), rb)
+	if a.held.vals != b.held.vals || a.held.resps != nil || a.held.at(3).resp != ra || b.held.at(3).resp != rb {
+		t.Fatalf("a %+v, b %+v", a.held, b.held)
+	}
+	changed := claAny(t, "svc-4")
+	a.holdSotW("eds", []*anypb.Any{changed}, &response{seq: 2})
+	b.holdSotW("eds", []*anypb.Any{changed}, &response{seq: 2})
+	if a.held.vals != b.held.vals || a.held.vals.v[4].value == nil || &a.held.vals.v[4].value[0] != &changed.Value[0] {
+		t.Fatal("a push of one resource is not shared")
+	}
+	if a.held.resps == nil || a.held.at(4).resp.seq != 2 || a.held.at(5).resp != ra {
+		t.Fatal("each resource should name the response that carried it")
+	}
+	a.holdSotW("eds", all, &response{seq: 3})
+	if a.held.resps != nil || a.held.at(4).resp.seq != 3 {
+		t.Fatal("one response carried everything: one pointer is enough")
+	}
 }

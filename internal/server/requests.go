@@ -298,17 +298,15 @@ func subscribe(ts *TypeStatus, req xdsRequest, first bool) {
 	case slices.Contains(req.removed, "*"):
 		ts.Wildcard = false
 		kept := ts.names.set()
-		ts.held = slices.DeleteFunc(ts.held, func(h heldResource) bool {
-			_, ok := kept[h.name()]
-			return !ok
+		ts.held.keep(func(name string) bool {
+			_, ok := kept[name]
+			return ok
 		})
 	}
 	if !ts.Wildcard {
 		// The client forgets what it unsubscribes from (a wildcard
 		// stream keeps receiving it).
-		for _, name := range req.removed {
-			ts.drop(name)
-		}
+		ts.drop(req.removed)
 	}
 }
 
