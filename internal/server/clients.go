@@ -102,9 +102,9 @@ type TypeStatus struct {
 	// of clients that answer it quickly before it sends CLAs (order.go).
 	AnswerLatency time.Duration `json:"answer_latency,omitempty"`
 
-	// nackLoggedAt and nacksUnlogged rate-limit the NACK log of this type.
-	nackLoggedAt  time.Time
-	nacksUnlogged int
+	// nackLog rate-limits the NACK log of this type; nil until a NACK,
+	// as most streams never send one.
+	nackLog *nackLog
 	// legacyWildcard: the stream's first request of the type named nothing,
 	// and none since named anything.
 	legacyWildcard bool

@@ -320,15 +320,26 @@ func (r *registry) recordNACK(c *client, ts *TypeStatus, req xdsRequest, s sentR
 	ts.answered(s.resp, true, message, now)
 	ts.LastNack = &Nack{Version: rejected, Nonce: req.nonce, KeptVersion: req.version, Message: message, At: now}
 	r.metrics.nacks.WithLabelValues(kind, short).Inc()
-	if !ts.nackLoggedAt.IsZero() && now.Sub(ts.nackLoggedAt) < nackLogEvery {
-		ts.nacksUnlogged++
+	if ts.nackLog == nil {
+		ts.nackLog = &nackLog{}
+	}
+	nl := ts.nackLog
+	if !nl.at.IsZero() && now.Sub(nl.at) < nackLogEvery {
+		nl.unlogged++
 		return
 	}
 	r.log.Warn("xDS client rejected a response (NACK); it keeps its previous config",
 		zap.String("node", c.status.NodeID), zap.String("kind", kind), zap.String("type", short),
 		zap.String("version", rejected), zap.String("kept_version", req.version), zap.String("nonce", req.nonce),
-		zap.String("error", message), zap.Int("nacks_since_last_log", ts.nacksUnlogged))
-	ts.nackLoggedAt, ts.nacksUnlogged = now, 0
+		zap.String("error", message), zap.Int("nacks_since_last_log", nl.unlogged))
+	nl.at, nl.unlogged = now, 0
+}
+
+// nackLog rate-limits the NACK log of one type of a stream: when a NACK
+// was last logged, and how many came since.
+type nackLog struct {
+	at       time.Time
+	unlogged int
 }
 
 // sent records a response about to be sent; hold records the resources it
