@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -58,6 +59,10 @@ type shared struct {
 	log             *zap.Logger
 	// book compares versions across replicas; nil with one server.
 	book *versionBook
+	// rateRefused counts streams the server refused over its new
+	// connection rate: its documented smoothing of a reconnect storm,
+	// which a client meets by retrying, not a failure.
+	rateRefused atomic.Int64
 }
 
 // client is one simulated data plane with its own ADS stream. Its protocol
@@ -161,7 +166,11 @@ func (c *client) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && !isStreamEnd(err) {
+		switch {
+		case err == nil || isStreamEnd(err):
+		case isRateRefusal(err):
+			c.sh.rateRefused.Add(1)
+		default:
 			c.fail(err)
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -54,6 +55,12 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 	default:
 	}
 	return c.Conn.Read(p)
+}
+
+// isRateRefusal reports a stream refused over the server's new connection
+// rate (--max-new-connections-per-second).
+func isRateRefusal(err error) bool {
+	return status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), "--max-new-connections-per-second")
 }
 
 // isStreamEnd reports errors that end a stream in normal operation: the

@@ -38,6 +38,9 @@ type Result struct {
 	// Withdrawn counts resources the server told clients to drop although
 	// the file still held them (see client.withdrawn).
 	Withdrawn int
+	// RateRefused counts streams the server refused over its new
+	// connection rate, which clients retry: expected in a reconnect storm.
+	RateRefused int
 	// ChangeToPushMS is the server's mean time from the first file event
 	// to its caches holding the change (ringxds_change_to_push_seconds:
 	// debounce, reparse, build, diff and the caches' fan-out to watches);
@@ -124,9 +127,9 @@ func (r *Result) Line() string {
 	if r.HeapIsLive {
 		heap = "live_heap_per_client_kb"
 	}
-	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d connect_s=%s load1=%s",
+	fmt.Fprintf(&b, " rss_per_client_kb=%s %s=%s stack_per_client_kb=%s sotw_eds_bytes_per_push=%s delta_eds_bytes_per_push=%s stale=%d unknown=%d withdrawn=%d unchanged_resources=%d server_change_to_push_ms=%s server_build_ms=%s server_push_ms=%s server_cpu_s=%s loadgen_cpu_s=%s errors=%d rate_refused=%d connect_s=%s load1=%s",
 		num(r.RSSPerClientKB, 1), heap, num(r.HeapPerClientKB, 1), num(r.StackPerClientKB, 1), num(r.SotWBytesPerPush, 0), num(r.DeltaBytesPerPush, 0),
-		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), num(r.ConnectSeconds, 1), num(r.Load, 2))
+		r.Stale, r.Unknown, r.Withdrawn, r.Unchanged, num(r.ChangeToPushMS, 1), num(r.BuildMS, 1), num(r.PushMS, 1), num(r.ServerCPUSeconds, 1), num(r.ToolCPUSeconds, 1), len(r.Errors), r.RateRefused, num(r.ConnectSeconds, 1), num(r.Load, 2))
 	fmt.Fprintf(&b, " responses=%d server_cpu_us_per_response=%s source_cpu_s=%s source_share=%s server_cpu_us_per_response_without_source=%s loadgen_cpu_us_per_response=%s loadgen_max_rss_mb=%s",
 		r.Responses, num(r.ServerCPUPerResponseUS, 1), num(r.SourceCPUSeconds, 2), num(r.SourceShare, 2), num(r.cpuPerResponseWithoutSource(), 1),
 		num(r.toolCPUPerResponse(), 1), num(r.ToolMaxRSSMB, 0))
@@ -429,6 +432,7 @@ func (r *runner) startToolProfile() (stop func()) {
 func (r *runner) collect(res *Result, _ []*client) {
 	target := r.sh.topo.latest()
 	res.Load = loadAverage()
+	res.RateRefused = int(r.sh.rateRefused.Load())
 	if r.sh.book != nil {
 		res.VersionsCompared, res.VersionMismatches, res.VersionExamples = r.sh.book.result()
 	}

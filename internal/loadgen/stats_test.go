@@ -1,12 +1,15 @@
 package loadgen
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -119,5 +122,15 @@ func TestVersionBookComparesAcrossReplicasAndCatchesDisagreement(t *testing.T) {
 	res.VersionMismatches, res.VersionsCompared = 0, 0
 	if !res.OK() || !strings.Contains(res.Line(), " replica_versions_identical=NA ") {
 		t.Fatalf("nothing compared is not a verdict: ok=%v %s", res.OK(), res.Line())
+	}
+}
+
+// A refusal over the server's connection rate is the storm smoothing a
+// client retries through; any other refusal is a failure of the run.
+func TestRateRefusalIsNotAFailure(t *testing.T) {
+	rate := status.Error(codes.ResourceExhausted, "ringxds limit --max-new-connections-per-second: more than 500 new connections per second (burst 1000); retry with backoff")
+	other := status.Error(codes.ResourceExhausted, "ringxds limit --max-names-per-stream: a request naming 30000 names")
+	if !isRateRefusal(rate) || isRateRefusal(other) || isRateRefusal(errors.New("--max-new-connections-per-second")) {
+		t.Fatal("isRateRefusal tells the connection rate refusal apart wrongly")
 	}
 }
