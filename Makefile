@@ -131,7 +131,7 @@ fuzz-run:
 	done
 
 ## bench-scale: the control plane scale matrix (spawns xds-server on loopback,
-## about 8 minutes) and rewrites "## Control plane scale" in docs/benchmarks.md.
+## about 25 minutes) and rewrites "## Control plane scale" in docs/benchmarks.md.
 bench-scale:
 	bash hack/bench-scale.sh
 
