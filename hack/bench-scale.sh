@@ -104,9 +104,11 @@ for s in "${scenarios[@]}"; do
 		line=$(cat "$from/$name.line" 2>/dev/null || true)
 		rc=$(cat "$from/$name.rc" 2>/dev/null || echo "not run")
 		[[ ! -f $from/$name.loadgen.pprof ]] || cp "$from/$name.loadgen.pprof" "$out/" 2>/dev/null || true
+		[[ ! -f $from/$name.server.pprof ]] || cp "$from/$name.server.pprof" "$out/" 2>/dev/null || true
 	else
 		prof=()
 		[[ $name != "$profiled" ]] || prof=(--loadgen-cpu-profile "$out/$name.loadgen.pprof")
+		[[ $name != propagation-1k && $name != "$profiled" ]] || prof+=(--cpu-profile "$out/$name.server.pprof")
 		echo "== $name: xds-loadgen --spawn-server $flags (load $(loadavg))" >&2
 		# shellcheck disable=SC2086 # flags are words on purpose
 		line=$("$loadgen" --spawn-server --server-bin "$out/bin/xds-server" --log-level warn \
@@ -185,15 +187,18 @@ simulator() {
 	awk -v s="$srv" -v t="$tool" 'BEGIN { if (s + t > 0) printf "%.0f", 100 * t / (s + t) }'
 }
 
-# profile_summary FILE: where the simulator's CPU went, by part
+# profile_summary FILE [PART...]: where a profile's CPU went, by part
+# (label|focus regexp); by default the simulator's parts.
 profile_summary() {
 	local f=$1 parts="" part label re pct
+	shift
 	[[ -f $f ]] || return 0
-	for part in 'its clients (receive, check, ACK)|loadgen\.\(\*client\)\.run' \
+	(($#)) || set -- 'its clients (receive, check, ACK)|loadgen\.\(\*client\)\.run' \
 		'gRPC writes (ACKs, flow control)|transport\.\(\*loopyWriter\)\.run' \
 		'gRPC frame reads|transport\.\(\*http2Client\)\.reader' \
 		'rendering and writing the file|loadgen\.\(\*runner\)\.changes' \
-		'garbage collection|runtime\.gcBgMarkWorker'; do
+		'garbage collection|runtime\.gcBgMarkWorker'
+	for part in "$@"; do
 		IFS='|' read -r label re <<<"$part"
 		pct=$(go tool pprof -top -nodecount=100000 -focus="$re" "$f" 2>/dev/null |
 			awk '/^Showing nodes accounting for/ { sub(",", "", $6); print $6 }')
@@ -286,6 +291,32 @@ simulator_bound() {
 	fi
 }
 
+# server_parts are where the server's CPU goes, for server_text.
+server_parts=(
+	'gRPC writes (responses, socket writes)|transport\.\(\*loopyWriter\)\.run'
+	'gRPC frame reads|transport\.\(\*http2Server\)\.HandleStreams'
+	'decoding requests (go-control-plane receive loops)|v3\.\(\*server\)\.(Delta)?StreamHandler\.func1'
+	'go-control-plane stream loops|v3\.\(\*server\)\.(processADS|processDelta)$'
+	'ringxds request and response callbacks|server\.callbacks\.'
+	'ringxds caches|xdscache\.'
+	'source, build and publish|watch\.\(\*FileSource\)\.Run'
+	'garbage collection|runtime\.gcBgMarkWorker'
+)
+
+# server_text says where the server's CPU went in the rows it was profiled in.
+server_text() {
+	local name line
+	echo "Where the server's CPU goes (\`--cpu-profile\` over the change phase;"
+	echo "\`<row>.server.pprof\` in the run's directory; shares of its samples,"
+	echo "overlapping where one part calls another):"
+	echo
+	for name in propagation-1k "$profiled"; do
+		line=${L[$name]}
+		[[ -f $out/$name.server.pprof ]] || continue
+		echo "- $(commas "$(kv "$line" clients)") clients, $(kv "$line" server_cpu_us_per_response) µs per response: $(profile_summary "$out/$name.server.pprof" "${server_parts[@]}")."
+	done
+}
+
 simulator_text() {
 	local line=${L[$profiled]} share
 	share=$(simulator "$profiled")
@@ -347,6 +378,8 @@ per_replica
 	echo "its time), on the same machine before the scenarios ran."
 	echo
 	replica_text
+	echo
+	server_text
 	echo
 	simulator_text
 	echo
