@@ -115,11 +115,25 @@ func (ts *TypeStatus) holdSotW(short string, resources []*anypb.Any, resp *respo
 		add = append(add, heldResource{internValue(a.GetValue()), resp})
 	}
 	if fullStateType(short) {
-		slices.SortFunc(add, byName)
-		ts.held.set(slices.CompactFunc(add, func(a, b heldResource) bool { return a.name() == b.name() }))
+		slices.SortStableFunc(add, byName)
+		ts.held.set(keepLast(add))
 		return
 	}
 	ts.holdAll(add)
+}
+
+// keepLast drops all but the last of each run of one name in a list sorted
+// stably by name: of one name listed twice in a response, the later wins,
+// as holdAll has it.
+func keepLast(sorted []heldResource) []heldResource {
+	out := sorted[:0]
+	for i, h := range sorted {
+		if i+1 < len(sorted) && sorted[i+1].name() == h.name() {
+			continue
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // holdDelta records the resources a delta response adds or replaces, and
