@@ -475,63 +475,130 @@ func (s *Server) Listen(inner net.Listener) net.Listener {
 		return inner
 	}
 	return &rateListener{Listener: inner, l: l,
-		bucket: newTokenBucket(l.limits.ConnectionsPerSecond, max(l.limits.ConnectionBurst, 1), l.now())}
+		bucket:  newTokenBucket(l.limits.ConnectionsPerSecond, max(l.limits.ConnectionBurst, 1), l.now()),
+		ready:   make(chan acceptResult),
+		closed:  make(chan struct{}),
+		waiting: make(map[net.Conn]*time.Timer)}
 }
 
+// rateListener admits new connections at the configured rate. A connection
+// over the rate that gets a token within connWait is handed to gRPC once
+// its token is due, as the connection it is: gRPC reads a bare TCP
+// connection through its pooled read buffers, and any wrapper would cost
+// that connection a 32 KB buffer of its own for its whole life (after a
+// reconnect storm, most of them). Accepting goes on meanwhile, so what
+// comes after is judged on time.
 type rateListener struct {
 	net.Listener
 	l       *limiter
 	mu      sync.Mutex
 	bucket  *tokenBucket
 	pending atomic.Int32
+
+	start  sync.Once
+	ready  chan acceptResult
+	closed chan struct{}
+	// waiting holds the connections waiting for their token, closed with
+	// the listener.
+	waiting   map[net.Conn]*time.Timer
+	closeOnce sync.Once
+}
+
+type acceptResult struct {
+	conn net.Conn
+	err  error
 }
 
 // connWait is how long a new connection over the rate may wait for a token.
 const connWait = time.Second
 
 func (rl *rateListener) Accept() (net.Conn, error) {
-	for {
-		c, err := rl.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		rl.mu.Lock()
-		wait, ok := rl.bucket.reserve(rl.l.now(), connWait)
-		rl.mu.Unlock()
-		if ok {
-			if wait > 0 {
-				// The connection waits for its token on its own; Accept
-				// goes on, so what comes after it is judged on time.
-				return &delayedConn{Conn: c, until: rl.l.now().Add(wait)}, nil
-			}
-			return c, nil
-		}
-		if rl.pending.Load() >= maxRefusedConns {
-			// Too many refused connections waiting to be told: close
-			// this one without a word.
-			rl.l.metrics.limitHits.WithLabelValues(LimitConnectionRate).Inc()
-			_ = c.Close()
-			continue
-		}
-		rl.pending.Add(1)
-		rc := &refusedConn{Conn: c, key: c.RemoteAddr().String(), rl: rl}
-		rl.l.refused.Store(rc.key, rc)
-		rc.timer = time.AfterFunc(refusedLinger, func() { _ = rc.Close() })
-		return rc, nil
+	rl.start.Do(func() { go rl.acceptLoop() })
+	select {
+	case r := <-rl.ready:
+		return r.conn, r.err
+	case <-rl.closed:
+		return nil, net.ErrClosed
 	}
 }
 
-// delayedConn is a connection over the rate that gets a token within
-// connWait: gRPC reads nothing from it until then.
-type delayedConn struct {
-	net.Conn
-	until time.Time
-	once  sync.Once
+// Close stops accepting and closes the connections still waiting for a
+// token.
+func (rl *rateListener) Close() error {
+	err := rl.Listener.Close()
+	rl.closeOnce.Do(func() {
+		close(rl.closed)
+		rl.mu.Lock()
+		defer rl.mu.Unlock()
+		for c, t := range rl.waiting {
+			t.Stop()
+			_ = c.Close()
+		}
+		clear(rl.waiting)
+	})
+	return err
 }
 
-func (c *delayedConn) Read(p []byte) (int, error) {
-	c.once.Do(func() { time.Sleep(time.Until(c.until)) })
-	return c.Conn.Read(p)
+// acceptLoop accepts connections and hands each to Accept when its token
+// is due; an error from the inner listener ends it, handed on likewise.
+func (rl *rateListener) acceptLoop() {
+	for {
+		c, err := rl.Listener.Accept()
+		if err != nil {
+			rl.hand(acceptResult{err: err})
+			return
+		}
+		if conn := rl.admit(c); conn != nil {
+			rl.hand(acceptResult{conn: conn})
+		}
+	}
+}
+
+// admit returns c to serve now, or nil for a connection that waits for its
+// token (handed on later) or is closed over the limits.
+func (rl *rateListener) admit(c net.Conn) net.Conn {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	wait, ok := rl.bucket.reserve(rl.l.now(), connWait)
+	if ok {
+		if wait <= 0 {
+			return c
+		}
+		rl.waiting[c] = time.AfterFunc(wait, func() {
+			rl.mu.Lock()
+			_, still := rl.waiting[c]
+			delete(rl.waiting, c)
+			rl.mu.Unlock()
+			if still {
+				rl.hand(acceptResult{conn: c})
+			}
+		})
+		return nil
+	}
+	if rl.pending.Load() >= maxRefusedConns {
+		// Too many refused connections waiting to be told: close
+		// this one without a word.
+		rl.l.metrics.limitHits.WithLabelValues(LimitConnectionRate).Inc()
+		_ = c.Close()
+		return nil
+	}
+	rl.pending.Add(1)
+	rc := &refusedConn{Conn: c, key: c.RemoteAddr().String(), rl: rl}
+	rl.l.refused.Store(rc.key, rc)
+	rc.timer = time.AfterFunc(refusedLinger, func() { _ = rc.Close() })
+	return rc
+}
+
+// hand gives r to Accept, or closes its connection once the listener is
+// closed.
+func (rl *rateListener) hand(r acceptResult) {
+	select {
+	case rl.ready <- r:
+	case <-rl.closed:
+		if r.conn != nil {
+			_ = r.conn.Close()
+		}
+	}
 }
 
 // refusedConn is a connection over the rate, served only to be refused.
