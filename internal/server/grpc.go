@@ -25,6 +25,16 @@ type GRPCOptions struct {
 	ServerOptions []grpc.ServerOption
 }
 
+// The transport's flow-control windows. A stream the server is not
+// reading (its handler blocked on a client that does not read its
+// responses) holds up to streamWindow of what the client sent, so it stays
+// at HTTP/2's default: the per-stream memory the limits are sized by.
+// grpc-go widens a stream's window for a larger message it is reading.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
+)
+
 // NewGRPCServer builds a grpc.Server tuned for long-lived xDS streams.
 func NewGRPCServer(opts GRPCOptions) (*grpc.Server, error) {
 	age := opts.MaxConnectionAge
@@ -43,8 +53,8 @@ func NewGRPCServer(opts GRPCOptions) (*grpc.Server, error) {
 		// small; one larger than the window (an Envoy naming tens of
 		// thousands of clusters) still gets through, since grpc-go widens
 		// a stream's window for the message it is reading.
-		grpc.StaticStreamWindowSize(256 << 10),
-		grpc.StaticConnWindowSize(1 << 20),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 		// Envoy pings every 15-30 s on idle connections; a stricter policy
 		// would make the server GOAWAY healthy proxies.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -23,7 +23,7 @@ func TestRequestsLargerThanTheWindowsAreServed(t *testing.T) {
 	for _, n := range many {
 		size += len(n) + 2
 	}
-	if size <= 2*(256<<10) {
+	if size <= streamWindow || 2*size <= connWindow {
 		t.Fatalf("the request is %d bytes, not larger than the windows", size)
 	}
 	var wg sync.WaitGroup

@@ -540,12 +540,17 @@ func (rl *rateListener) Close() error {
 }
 
 // acceptLoop accepts connections and hands each to Accept when its token
-// is due; an error from the inner listener ends it, handed on likewise.
+// is due. Errors are handed on likewise; a temporary one (EMFILE in a
+// storm) does not end the loop, as gRPC's Serve retries it and calls
+// Accept again.
 func (rl *rateListener) acceptLoop() {
 	for {
 		c, err := rl.Listener.Accept()
 		if err != nil {
 			rl.hand(acceptResult{err: err})
+			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+				continue
+			}
 			return
 		}
 		if conn := rl.admit(c); conn != nil {
