@@ -44,20 +44,10 @@ func churnState(t *testing.T, clusters int, gen int, rng *rand.Rand) model.State
 	return st
 }
 
-func stressSeconds() time.Duration {
-	if s, err := strconv.Atoi(os.Getenv("RINGXDS_CHURN_SECONDS")); err == nil {
-		return time.Duration(s) * time.Second
-	}
-	return 4 * time.Second
-}
-
-// TestDeltaEDSChurn: Envoy-shaped delta ADS streams keep changing their
-// EDS subscription (as Envoy does when clusters come and go) while the
-// server keeps publishing endpoint changes: no data race (a delta response
-// once updated the stream's returned-versions map in place while an update
-// read it for the stream's next watch), and no watch outlives its stream.
-func TestDeltaEDSChurn(t *testing.T) {
-	const clusters = 12
+// startChurnServer serves clusters on loopback with no request rate limit
+// and returns the server and a connection to it.
+func startChurnServer(t *testing.T, clusters int) (*Server, *grpc.ClientConn) {
+	t.Helper()
 	lim := DefaultLimits()
 	lim.RequestsPerSecond, lim.RequestBurst = 1e6, 1e6
 	s := New(t.Context(), Options{Registerer: prometheus.NewRegistry(), Limits: &lim})
@@ -80,6 +70,24 @@ func TestDeltaEDSChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
+	return s, cc
+}
+
+func stressSeconds() time.Duration {
+	if s, err := strconv.Atoi(os.Getenv("RINGXDS_CHURN_SECONDS")); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	return 4 * time.Second
+}
+
+// TestDeltaEDSChurn: Envoy-shaped delta ADS streams keep changing their
+// EDS subscription (as Envoy does when clusters come and go) while the
+// server keeps publishing endpoint changes: no data race (a delta response
+// once updated the stream's returned-versions map in place while an update
+// read it for the stream's next watch), and no watch outlives its stream.
+func TestDeltaEDSChurn(t *testing.T) {
+	const clusters = 12
+	s, cc := startChurnServer(t, clusters)
 
 	ctx, cancel := context.WithTimeout(context.Background(), stressSeconds())
 	defer cancel()
@@ -175,28 +183,7 @@ func TestDeltaEDSChurn(t *testing.T) {
 // the clusters it names, and no watch may outlive its stream.
 func TestSotwChurn(t *testing.T) {
 	const clusters = 12
-	lim := DefaultLimits()
-	lim.RequestsPerSecond, lim.RequestBurst = 1e6, 1e6
-	s := New(t.Context(), Options{Registerer: prometheus.NewRegistry(), Limits: &lim})
-	if err := s.Apply(churnState(t, clusters, 0, nil)); err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGRPCServer(GRPCOptions{ServerOptions: s.GRPCServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Register(g)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(s.Listen(l)) }()
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	s, cc := startChurnServer(t, clusters)
 
 	// A stream that subscribes to everything and never reads.
 	stuckCtx, stuckCancel := context.WithCancel(context.Background())

@@ -218,37 +218,7 @@ func (s *side) drop() {
 // open watch, update the subscription, open a new watch.
 func request(t *testing.T, s *side, typeURL string, delta, first bool, names, unsub []string) {
 	t.Helper()
-	if s.cancel != nil {
-		s.cancel()
-	}
-	legacyWildcard := typeURL == resource.ClusterType
-	var err error
-	if delta {
-		if first {
-			s.sub = stream.NewDeltaSubscription(names, unsub, nil, legacyWildcard)
-		} else {
-			s.sub.UpdateResourceSubscriptions(names, unsub)
-		}
-		nonce := ""
-		if !first {
-			nonce = "1"
-		}
-		s.cancel, err = s.c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: typeURL, ResponseNonce: nonce}, s.sub, s.deltaCh)
-	} else {
-		if first {
-			s.sub = stream.NewSotwSubscription(names, legacyWildcard)
-		} else {
-			s.sub.SetResourceSubscription(names)
-		}
-		s.cancel, err = s.c.CreateWatch(&discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: s.version, ResourceNames: names}, s.sub, s.sotwCh)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.cancel == nil {
-		s.cancel = func() {}
-	}
-	s.open = true
+	wideRequest(t, s, typeURL, delta, first, typeURL == resource.ClusterType, names, unsub)
 }
 
 func TestUpdateWithAnUnmarshallableResourceChangesNothing(t *testing.T) {
