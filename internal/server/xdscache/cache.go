@@ -222,13 +222,6 @@ func (c *Cache) NumWatches() int {
 	return len(c.watches)
 }
 
-// NumResources is the number of resources held.
-func (c *Cache) NumResources() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.resources)
-}
-
 // Resources returns the resources held, encoded, by name.
 func (c *Cache) Resources() map[string][]byte {
 	c.mu.Lock()
