@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringxds/ringxds/internal/model"
 )
@@ -54,22 +52,7 @@ func startChurnServer(t *testing.T, clusters int) (*Server, *grpc.ClientConn) {
 	if err := s.Apply(churnState(t, clusters, 0, nil)); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGRPCServer(GRPCOptions{ServerOptions: s.GRPCServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Register(g)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(s.Listen(l)) }()
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := dialLoopback(t, serveLoopback(t, s))
 	return s, cc
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -46,22 +44,7 @@ func startCSDS(t *testing.T, lim Limits) *csdsFixture {
 	if err := s.Apply(authzState(t, nil)); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGRPCServer(GRPCOptions{ServerOptions: s.GRPCServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Register(g)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(s.Listen(l)) }()
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := dialLoopback(t, serveLoopback(t, s))
 	return &csdsFixture{s: s, cc: cc}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringxds/ringxds/internal/model"
@@ -47,29 +45,13 @@ func startLimited(t testing.TB, lim Limits) *limitsServer {
 	if err := s.Apply(st); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGRPCServer(GRPCOptions{ServerOptions: s.GRPCServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Register(g)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(s.Listen(l)) }()
-	t.Cleanup(func() { cancel(); g.Stop() })
-	return &limitsServer{s: s, reg: reg, addr: l.Addr().String()}
+	t.Cleanup(cancel)
+	return &limitsServer{s: s, reg: reg, addr: serveLoopback(t, s)}
 }
 
 func (ls *limitsServer) dial(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(ls.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
+	return dialLoopback(t, ls.addr, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 }
 
 func (ls *limitsServer) hits(limit string) float64 {

@@ -14,14 +14,9 @@ func TestWaitingConnectionsAreHandedOnUnwrapped(t *testing.T) {
 	lim := noLimits()
 	lim.ConnectionsPerSecond, lim.ConnectionBurst = 10, 1
 	s := New(t.Context(), Options{Limits: &lim})
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := s.Listen(inner)
-	defer l.Close()
+	l, addr := rateLimitedLoopback(t, s)
 	for range 3 {
-		c, err := net.Dial("tcp", inner.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,14 +48,10 @@ func TestClosingTheListenerClosesWaitingConnections(t *testing.T) {
 	lim := noLimits()
 	lim.ConnectionsPerSecond, lim.ConnectionBurst = 1.5, 1
 	s := New(t.Context(), Options{Limits: &lim})
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := s.Listen(inner)
+	l, addr := rateLimitedLoopback(t, s)
 	var clients []net.Conn
 	for range 2 {
-		c, err := net.Dial("tcp", inner.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,5 +75,46 @@ func TestClosingTheListenerClosesWaitingConnections(t *testing.T) {
 	_, err = clients[1].Read(make([]byte, 1))
 	if ne, ok := err.(net.Error); err == nil || ok && ne.Timeout() {
 		t.Fatalf("the waiting connection was not closed with the listener: %v", err)
+	}
+}
+
+// Burst, then the rate: at 50 a second with a burst of 5, 40 connections
+// at once are all admitted unwrapped (35 wait at most 0.7 s, within
+// connWait), the i-th waiting one about i/50 s after the storm, and none
+// before its token.
+func TestBurstThenRate(t *testing.T) {
+	lim := noLimits()
+	lim.ConnectionsPerSecond, lim.ConnectionBurst = 50, 5
+	s := New(t.Context(), Options{Limits: &lim})
+	l, addr := rateLimitedLoopback(t, s)
+	start := time.Now()
+	for range 40 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	var wrapped int
+	var at []time.Duration
+	for range 40 {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, ok := c.(*net.TCPConn); !ok {
+			wrapped++
+		}
+		at = append(at, time.Since(start))
+	}
+	if wrapped > 0 {
+		t.Errorf("%d of 40 refused or wrapped, want none", wrapped)
+	}
+	for i := 5; i < 40; i++ {
+		due := time.Duration(i-4) * time.Second / 50
+		if at[i] < due-15*time.Millisecond || at[i] > due+300*time.Millisecond {
+			t.Errorf("connection %d handed at %v, due about %v", i, at[i], due)
+		}
 	}
 }

@@ -53,19 +53,7 @@ func TestNonReadingClientParksAStreamWindow(t *testing.T) {
 	if err := s.Apply(st); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGRPCServer(GRPCOptions{ServerOptions: s.GRPCServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
-
-	c, err := net.Dial("tcp", lis.Addr().String())
+	c, err := net.Dial("tcp", serveLoopback(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
