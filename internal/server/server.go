@@ -405,11 +405,14 @@ func (s *Server) reportFailed(failed map[string]string) {
 	s.failed = failed
 }
 
-// change is what one cache group must add, update and remove.
+// change is what one cache group must add, update and remove. encoded
+// holds the encodings diff made of upserted resources, which the cache
+// then need not make again.
 type change struct {
 	typeURL string
 	group   string
 	upserts map[string]types.Resource
+	encoded map[string][]byte
 	deletes []string
 }
 
@@ -428,7 +431,7 @@ func (s *Server) diff(snap *snapshot.Snapshot, reauthorized map[string]bool) ([]
 			res := snap.Kinds[g.kind][t]
 			prev := s.published[g.name]
 			versions := make(map[string]publishedResource, len(res))
-			ch := change{typeURL: t, group: g.name, upserts: make(map[string]types.Resource)}
+			ch := change{typeURL: t, group: g.name, upserts: make(map[string]types.Resource), encoded: make(map[string][]byte)}
 			for name, r := range res {
 				p, had := prev[name]
 				if had && p.res == r {
@@ -438,14 +441,16 @@ func (s *Server) diff(snap *snapshot.Snapshot, reauthorized map[string]bool) ([]
 					}
 					continue
 				}
-				v, err := snapshot.Version(r)
+				b, err := snapshot.Encode(r)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s %q: %w", shortType(t), name, err))
 					continue
 				}
+				v := snapshot.VersionOf(b)
 				versions[name] = publishedResource{res: r, version: v}
 				if !had || p.version != v || reauthorized[name] {
 					ch.upserts[name] = r
+					ch.encoded[name] = b
 				}
 			}
 			for name := range prev {
@@ -493,17 +498,17 @@ func (s *Server) push(changes []change) error {
 		}
 		if ch.typeURL == resource.EndpointType && len(clusterSends) > 0 {
 			rest, held := splitUpserts(ch.upserts, changedClusters)
-			if err := s.upsert(ch.group, rest); err != nil {
+			if err := s.upsert(ch.group, rest, ch.encoded); err != nil {
 				return err
 			}
 			s.registry.awaitClusterSends(s.ctx, clusterSends, clusterWaitLimit)
 			clusterSends = nil
-			if err := s.upsert(ch.group, held); err != nil {
+			if err := s.upsert(ch.group, held, ch.encoded); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := s.upsert(ch.group, ch.upserts); err != nil {
+		if err := s.upsert(ch.group, ch.upserts, ch.encoded); err != nil {
 			return err
 		}
 	}
@@ -521,12 +526,13 @@ func (s *Server) push(changes []change) error {
 	return nil
 }
 
-// upsert writes resources to one cache group, if there are any.
-func (s *Server) upsert(group string, upserts map[string]types.Resource) error {
+// upsert writes resources to one cache group, if there are any, with the
+// encodings diff made of them.
+func (s *Server) upsert(group string, upserts map[string]types.Resource, encoded map[string][]byte) error {
 	if len(upserts) == 0 {
 		return nil
 	}
-	if err := s.caches[group].UpdateResources(upserts, nil); err != nil {
+	if err := s.caches[group].UpdateEncoded(upserts, encoded, nil); err != nil {
 		return fmt.Errorf("update %s: %w", group, err)
 	}
 	s.countChanges(group, upserts, s.published[group])

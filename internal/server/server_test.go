@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -149,5 +151,40 @@ func TestApplyPublishesAroundAClusterThatFails(t *testing.T) {
 	apply(cluster("a", 83, 1), cluster("b", 83, 1))
 	if failed() != 0 {
 		t.Errorf("gauge %v after the fix, want 0", failed())
+	}
+}
+
+// The caches serve the encodings diff made to version the resources
+// rather than encoding them again; those must be the bytes the cache
+// would have made itself, for every kind and type, metadata included.
+func TestCachesServeTheEncodingsDiffMade(t *testing.T) {
+	st := model.State{Clusters: []model.Cluster{{Name: "products", Endpoints: []model.Endpoint{
+		{Address: "10.0.0.1", Port: 8080, Zone: "a"}, {Address: "10.0.0.2", Port: 8080, HashKey: "b-key"},
+	}}}}
+	if err := st.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	s := New(t.Context(), Options{})
+	if err := s.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, t2 := range resourceTypes {
+		for _, g := range s.groups[t2] {
+			held := s.caches[g.name].Resources()
+			for name, r := range s.Current().Kinds[g.kind][t2] {
+				want, err := cache.MarshalResource(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(held[name], want) {
+					t.Errorf("%s %s: the cache serves other bytes than the resource's encoding", g.name, name)
+				}
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no resources compared")
 	}
 }

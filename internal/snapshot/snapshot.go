@@ -385,11 +385,26 @@ type validator interface {
 // deterministic proto marshal of res. Equal resources get equal versions on
 // every replica and across restarts.
 func Version(res types.Resource) (string, error) {
+	b, err := Encode(res)
+	if err != nil {
+		return "", err
+	}
+	return VersionOf(b), nil
+}
+
+// Encode is res's deterministic encoding, the bytes Version hashes and the
+// wire carries.
+func Encode(res types.Resource) ([]byte, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
 	if err != nil {
-		return "", fmt.Errorf("marshal %T: %w", res, err)
+		return nil, fmt.Errorf("marshal %T: %w", res, err)
 	}
-	return fmt.Sprintf("%016x", xxhash.Sum64(b)), nil
+	return b, nil
+}
+
+// VersionOf is the content version of an encoding from Encode.
+func VersionOf(encoded []byte) string {
+	return fmt.Sprintf("%016x", xxhash.Sum64(encoded))
 }
 
 // marshalAny wraps m in an Any with a deterministic encoding (map fields,

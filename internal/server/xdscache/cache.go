@@ -92,9 +92,17 @@ func (e *entry) versionFor(delta bool) string {
 // watch whose client now lacks something it subscribes to. A resource that
 // cannot be marshalled fails the whole update, which then changes nothing.
 func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []string) error {
+	return c.UpdateEncoded(toUpdate, nil, toDelete)
+}
+
+// UpdateEncoded is UpdateResources for a caller that has already encoded
+// some of the resources deterministically (snapshot.Encode, as the server
+// does to version them): encoded[name], where present, is used as the
+// resource's bytes rather than encoding it again.
+func (c *Cache) UpdateEncoded(toUpdate map[string]types.Resource, encoded map[string][]byte, toDelete []string) error {
 	built := make(map[string]*entry, len(toUpdate))
 	for name, res := range toUpdate {
-		e, err := c.build(name, res)
+		e, err := c.build(name, res, encoded[name])
 		if err != nil {
 			return err
 		}
@@ -119,14 +127,17 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 }
 
 // build marshals res deterministically, as LinearCache does, so the delta
-// versions equal those of earlier builds and of other replicas.
-func (c *Cache) build(name string, res types.Resource) (*entry, error) {
+// versions equal those of earlier builds and of other replicas, unless b
+// already holds that encoding.
+func (c *Cache) build(name string, res types.Resource, b []byte) (*entry, error) {
 	if res == nil {
 		return nil, fmt.Errorf("resource %q is nil", name)
 	}
-	b, err := cache.MarshalResource(res)
-	if err != nil {
-		return nil, fmt.Errorf("marshal %q: %w", name, err)
+	if b == nil {
+		var err error
+		if b, err = cache.MarshalResource(res); err != nil {
+			return nil, fmt.Errorf("marshal %q: %w", name, err)
+		}
 	}
 	a := &anypb.Any{TypeUrl: c.typeURL, Value: b}
 	v := cache.HashResource(b)
