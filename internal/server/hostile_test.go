@@ -14,6 +14,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -166,13 +167,22 @@ func TestHostileClientProcess(t *testing.T) {
 		}
 		return cc
 	}
-	for c := range hostileConns {
+	// The connections to fill are made before the flood starts: were they
+	// to race it for the connection rate's tokens, they could be refused
+	// for the whole run and never reach the per-connection limits.
+	fillers := make([]*grpc.ClientConn, hostileConns)
+	for c := range fillers {
+		if fillers[c] = dial(); fillers[c] == nil {
+			return
+		}
+		defer fillers[c].Close()
+		fillers[c].Connect()
+	}
+	for _, cc := range fillers {
+		waitReady(ctx, cc)
+	}
+	for c, cc := range fillers {
 		wg.Go(func() {
-			cc := dial()
-			if cc == nil {
-				return
-			}
-			defer cc.Close()
 			ads := discovery.NewAggregatedDiscoveryServiceClient(cc)
 			for i := 0; ctx.Err() == nil; i++ {
 				st, err := ads.StreamAggregatedResources(ctx)
@@ -240,4 +250,13 @@ func TestHostileClientProcess(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	fmt.Println("hostile client:", counts)
+}
+
+// waitReady waits until cc is ready, or ctx ends.
+func waitReady(ctx context.Context, cc *grpc.ClientConn) {
+	for st := cc.GetState(); st != connectivity.Ready; st = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
 }
